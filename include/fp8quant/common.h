@@ -1,0 +1,64 @@
+/**
+ * @file common.h
+ * @brief Status codes, element types and library-wide queries of the fp8quant C API.
+ *
+ * Every fp8quant function returns an ::fp8quant_status_t. On failure,
+ * fp8quant_last_error() returns a message that names the offending argument; it is kept per
+ * thread until the next failing call on that thread.
+ */
+#ifndef FP8QUANT_COMMON_H_
+#define FP8QUANT_COMMON_H_
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#if defined(_WIN32)
+#define FP8QUANT_API __declspec(dllexport)
+#else
+#define FP8QUANT_API __attribute__((visibility("default")))
+#endif
+
+#define FP8QUANT_VERSION_MAJOR 0
+#define FP8QUANT_VERSION_MINOR 1
+#define FP8QUANT_VERSION_PATCH 0
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** @brief Result of every fp8quant call. */
+typedef enum fp8quant_status {
+  FP8QUANT_SUCCESS = 0,                  /**< The work was enqueued on the stream. */
+  FP8QUANT_ERROR_INVALID_ARGUMENT = 1,   /**< An argument is wrong; nothing was launched. */
+  FP8QUANT_ERROR_NO_DEVICE = 2,          /**< No CUDA device (or no driver) is available. */
+  FP8QUANT_ERROR_UNSUPPORTED_DEVICE = 3, /**< The current device is neither sm_90 nor sm_100. */
+  FP8QUANT_ERROR_CUDA = 4,               /**< The CUDA runtime reported an error. */
+} fp8quant_status_t;
+
+/** @brief Element type of an input tensor. */
+typedef enum fp8quant_dtype {
+  FP8QUANT_DTYPE_FLOAT32 = 0,
+  FP8QUANT_DTYPE_FLOAT16 = 1,
+  FP8QUANT_DTYPE_BFLOAT16 = 2,
+} fp8quant_dtype_t;
+
+/** @brief Library version as `major * 10000 + minor * 100 + patch`. */
+FP8QUANT_API int fp8quant_version(void);
+
+/** @brief A static, human-readable name for a status code. */
+FP8QUANT_API const char* fp8quant_status_string(fp8quant_status_t status);
+
+/**
+ * @brief Details of the last failing fp8quant call on the calling thread.
+ *
+ * The string stays valid until the next fp8quant call on the same thread; it is empty if no
+ * call has failed yet.
+ */
+FP8QUANT_API const char* fp8quant_last_error(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // FP8QUANT_COMMON_H_

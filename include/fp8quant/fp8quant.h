@@ -1,0 +1,11 @@
+/**
+ * @file fp8quant.h
+ * @brief Umbrella header of the fp8quant C API.
+ */
+#ifndef FP8QUANT_FP8QUANT_H_
+#define FP8QUANT_FP8QUANT_H_
+
+#include "fp8quant/common.h"
+#include "fp8quant/quant.h"
+
+#endif  // FP8QUANT_FP8QUANT_H_

@@ -1,0 +1,125 @@
+// fp8quant._C: the C API over DLPack tensors. Any framework's CUDA tensors cross without a
+// copy (.noconvert()); shapes, dtypes and devices are checked here, the rest by the C API.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <string>
+
+#include "fp8quant/fp8quant.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Tensor = nb::ndarray<>;
+using nb::dlpack::dtype_code;
+
+// Raise the Python exception matching a failed status.
+void throw_status(fp8quant_status_t status) {
+  const std::string msg = fp8quant_last_error();
+  if (status == FP8QUANT_ERROR_INVALID_ARGUMENT) throw nb::value_error(msg.c_str());
+  throw std::runtime_error(std::string(fp8quant_status_string(status)) + ": " + msg);
+}
+
+[[noreturn]] void bad_arg(const std::string& msg) { throw nb::value_error(msg.c_str()); }
+
+bool is_dtype(const Tensor& t, dtype_code code, int bits) {
+  return t.dtype().code == static_cast<uint8_t>(code) && t.dtype().bits == bits && t.dtype().lanes == 1;
+}
+
+void check_cuda(const Tensor& t, const char* name, int device_id) {
+  if (t.device_type() != nb::device::cuda::value) bad_arg(std::string(name) + ": must be a CUDA tensor");
+  if (t.device_id() != device_id) {
+    bad_arg(std::string(name) + ": is on cuda:" + std::to_string(t.device_id()) + ", x on cuda:" +
+            std::to_string(device_id));
+  }
+}
+
+fp8quant_dtype_t input_dtype(const Tensor& x) {
+  if (is_dtype(x, dtype_code::Bfloat, 16)) return FP8QUANT_DTYPE_BFLOAT16;
+  if (is_dtype(x, dtype_code::Float, 16)) return FP8QUANT_DTYPE_FLOAT16;
+  if (is_dtype(x, dtype_code::Float, 32)) return FP8QUANT_DTYPE_FLOAT32;
+  bad_arg("x: dtype must be bfloat16, float16 or float32");
+}
+
+// q [.., M, K] float8_e4m3fn (or its uint8 view) with x's shape; scale with the layout's
+// exact shape and strides.
+void per_token_group_quant(Tensor x, Tensor q, Tensor scale, int layout, bool ue8m0,
+                           int64_t group_size, float eps, uintptr_t stream) {
+  const size_t nd = x.ndim();
+  if (nd != 2 && nd != 3) bad_arg("x: must be 2-D [M, K] or 3-D [B, M, K]");
+  const fp8quant_dtype_t dtype = input_dtype(x);
+  const int device_id = x.device_id();
+  check_cuda(x, "x", device_id);
+  check_cuda(q, "q", device_id);
+  check_cuda(scale, "scale", device_id);
+
+  const int64_t batch = nd == 3 ? x.shape(0) : 1;
+  const int64_t m = x.shape(nd - 2), k = x.shape(nd - 1);
+  if (m * k > 0 && x.stride(nd - 1) != 1) bad_arg("x: last dimension must be contiguous");
+
+  if (!is_dtype(q, dtype_code::Float8_E4M3FN, 8) && !is_dtype(q, dtype_code::UInt, 8)) {
+    bad_arg("q: dtype must be float8_e4m3fn (or its uint8 view)");
+  }
+  if (q.ndim() != nd) bad_arg("q: must have the shape of x");
+  for (size_t i = 0; i < nd; ++i) {
+    if (q.shape(i) != x.shape(i)) bad_arg("q: must have the shape of x");
+  }
+  if (m * k > 0 && q.stride(nd - 1) != 1) bad_arg("q: last dimension must be contiguous");
+
+  const bool packed = layout == FP8QUANT_SCALE_PACKED_UE8M0;
+  if (packed ? !is_dtype(scale, dtype_code::Int, 32) : !is_dtype(scale, dtype_code::Float, 32)) {
+    bad_arg(std::string("scale: dtype must be ") + (packed ? "int32" : "float32") + " for this layout");
+  }
+  fp8quant_scale_shape_t s{};
+  const fp8quant_status_t st = fp8quant_scale_shape(static_cast<fp8quant_scale_layout_t>(layout),
+                                                    batch, m, group_size > 0 ? k / group_size : 0, &s);
+  if (st != FP8QUANT_SUCCESS) throw_status(st);
+  const bool shape_ok = scale.ndim() == nd && scale.shape(nd - 2) == static_cast<size_t>(m) &&
+                        scale.shape(nd - 1) == static_cast<size_t>(s.cols) &&
+                        (nd == 2 || scale.shape(0) == static_cast<size_t>(batch));
+  if (!shape_ok) bad_arg("scale: wrong shape for this layout");
+  const bool strides_ok = m * s.cols == 0 ||
+                          ((m == 1 || scale.stride(nd - 2) == s.row_stride) &&
+                           (s.cols == 1 || scale.stride(nd - 1) == s.col_stride) &&
+                           (nd == 2 || batch == 1 || scale.stride(0) == s.batch_stride));
+  if (!strides_ok) bad_arg("scale: wrong strides for this layout");
+
+  const fp8quant_status_t status = fp8quant_per_token_group_quant(
+      x.data(), dtype, batch, m, k, nd == 3 ? x.stride(0) : 0, x.stride(nd - 2), q.data(),
+      nd == 3 ? q.stride(0) : 0, q.stride(nd - 2), scale.data(),
+      static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0, group_size, eps,
+      reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+// (rows, cols, row_stride, col_stride, batch_stride, numel) of a layout.
+nb::tuple scale_shape(int layout, int64_t batch, int64_t m, int64_t num_groups) {
+  fp8quant_scale_shape_t s{};
+  const fp8quant_status_t st =
+      fp8quant_scale_shape(static_cast<fp8quant_scale_layout_t>(layout), batch, m, num_groups, &s);
+  if (st != FP8QUANT_SUCCESS) throw_status(st);
+  return nb::make_tuple(s.rows, s.cols, s.row_stride, s.col_stride, s.batch_stride, s.numel);
+}
+
+}  // namespace
+
+NB_MODULE(_C, mod) {
+  mod.doc() = "fp8quant C API bindings (DLPack tensors in, CUDA kernels enqueued on a stream)";
+
+  mod.attr("SCALE_ROW") = static_cast<int>(FP8QUANT_SCALE_ROW);
+  mod.attr("SCALE_MN") = static_cast<int>(FP8QUANT_SCALE_MN);
+  mod.attr("SCALE_MN_TMA") = static_cast<int>(FP8QUANT_SCALE_MN_TMA);
+  mod.attr("SCALE_PACKED_UE8M0") = static_cast<int>(FP8QUANT_SCALE_PACKED_UE8M0);
+
+  mod.def("version", &fp8quant_version);
+  mod.def("scale_shape", &scale_shape, nb::arg("layout"), nb::arg("batch"), nb::arg("m"),
+          nb::arg("num_groups"));
+  mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
+          nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
+          nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
+          "Quantize x into q and scale on the CUDA stream `stream` (an address, 0 for the "
+          "legacy default stream).");
+}

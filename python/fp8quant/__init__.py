@@ -1,0 +1,22 @@
+"""fp8quant: fused FP8 quantization kernels that write scales straight into the layouts
+block-scaled FP8 GEMMs (DeepGEMM, CUTLASS, cuBLASLt via torch._scaled_mm, Triton) read.
+
+    q, scale = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")
+
+CUDA tensors run the kernels (sm_90a or sm_100a); CPU tensors run :mod:`fp8quant.reference`.
+"""
+
+from . import reference
+from .layouts import SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
+from .quant import per_token_group_quant
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCALE_LAYOUTS",
+    "ScaleSpec",
+    "empty_scale",
+    "per_token_group_quant",
+    "reference",
+    "scale_spec",
+]

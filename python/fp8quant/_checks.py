@@ -1,0 +1,49 @@
+"""Argument checks shared by the CUDA path and the reference, so both refuse the same input
+with the same message."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .layouts import check_scale_layout
+
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+GROUP_SIZES = (32, 64, 128)
+FP8_DTYPE = torch.float8_e4m3fn
+# eps is used as a float32: it must stay positive and finite there.
+_FP32_TINY = torch.finfo(torch.float32).smallest_normal
+_FP32_MAX = torch.finfo(torch.float32).max
+
+
+def resolve_ue8m0(scale_layout: str, ue8m0: bool | None) -> bool:
+    """``ue8m0=None`` means "what the layout implies": packed_ue8m0 is UE8M0 by definition."""
+    check_scale_layout(scale_layout)
+    if scale_layout == "packed_ue8m0":
+        if ue8m0 is False:
+            raise ValueError("ue8m0=False contradicts scale_layout='packed_ue8m0' (packed scales are UE8M0)")
+        return True
+    return bool(ue8m0)
+
+
+def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x must be 2-D [M, K] or 3-D [B, M, K], got shape {tuple(x.shape)}")
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
+    k = x.shape[-1]
+    if k == 0 or k % group_size != 0:
+        raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of group_size ({group_size})")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+    if not (math.isfinite(eps) and _FP32_TINY <= eps <= _FP32_MAX):
+        raise ValueError(f"eps must be a positive float32 number (in [{_FP32_TINY}, {_FP32_MAX}]), got {eps!r}")

@@ -1,0 +1,112 @@
+"""Scale layouts: shapes, strides and allocation sizes (SPEC.md section 2).
+
+Every function here is pure arithmetic on sizes, shared by the CUDA path, the
+reference and the fake (meta) implementations, so that all three agree on the
+exact strides a GEMM will see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "SCALE_LAYOUTS",
+    "ScaleSpec",
+    "align",
+    "check_scale_layout",
+    "empty_scale",
+    "scale_spec",
+]
+
+#: Every scale layout fp8quant writes, by the name the Python API takes.
+SCALE_LAYOUTS = ("row", "mn", "mn_tma", "packed_ue8m0")
+
+# Rows of TMA-aligned layouts are padded to a multiple of this (16 bytes of 4-byte scales).
+_TMA_ROW_ALIGN = 4
+# UE8M0 bytes packed into one int32 word.
+_PACK = 4
+
+
+def align(n: int, a: int) -> int:
+    """``n`` rounded up to a multiple of ``a``."""
+    return (n + a - 1) // a * a
+
+
+def check_scale_layout(scale_layout: str) -> str:
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(
+            f"scale_layout must be one of {', '.join(map(repr, SCALE_LAYOUTS))}; "
+            f"got {scale_layout!r}"
+        )
+    return scale_layout
+
+
+@dataclass(frozen=True)
+class ScaleSpec:
+    """Where the scales of ``[*batch, m, k]`` input live.
+
+    ``shape``/``stride`` describe the tensor handed to the GEMM (elements); ``numel`` is the
+    size of the buffer behind it, padding included; ``rows`` is the padded row count (``m`` or
+    ``align(m, 4)``) and ``cols`` the number of scale columns (groups, or int32 words).
+    """
+
+    layout: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    numel: int
+    rows: int
+    cols: int
+
+
+def scale_spec(scale_layout: str, m: int, num_groups: int, batch: tuple[int, ...] = ()) -> ScaleSpec:
+    """The scale tensor's geometry for ``m`` rows of ``num_groups`` groups each.
+
+    ``batch`` holds the leading dimensions of the input (``()`` for 2-D input, ``(B,)`` for
+    ``[B, M, K]``); each batch owns one contiguous ``rows * cols`` block.
+    """
+    check_scale_layout(scale_layout)
+    if scale_layout == "row":
+        rows, cols, inner = m, num_groups, (num_groups, 1)
+    elif scale_layout == "mn":
+        rows, cols, inner = m, num_groups, (1, m)
+    elif scale_layout == "mn_tma":
+        rows = align(m, _TMA_ROW_ALIGN)
+        cols, inner = num_groups, (1, rows)
+    else:  # packed_ue8m0
+        rows = align(m, _TMA_ROW_ALIGN)
+        cols = (num_groups + _PACK - 1) // _PACK
+        inner = (1, rows)
+    block = rows * cols
+    outer: list[int] = []
+    step = block
+    for size in reversed(batch):
+        outer.insert(0, step)
+        step *= size
+    dtype = torch.int32 if scale_layout == "packed_ue8m0" else torch.float32
+    return ScaleSpec(
+        layout=scale_layout,
+        dtype=dtype,
+        shape=(*batch, m, cols),
+        stride=(*outer, *inner),
+        numel=step,
+        rows=rows,
+        cols=cols,
+    )
+
+
+def empty_scale(
+    scale_layout: str,
+    m: int,
+    num_groups: int,
+    batch: tuple[int, ...] = (),
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """An uninitialised scale tensor with the layout's strides over a buffer that holds its
+    padding too (``torch.empty_strided`` alone would leave the last column's padding rows
+    outside the allocation)."""
+    spec = scale_spec(scale_layout, m, num_groups, batch)
+    buf = torch.empty(spec.numel, dtype=spec.dtype, device=device)
+    return buf.as_strided(spec.shape, spec.stride)

@@ -1,0 +1,177 @@
+// C API of the quantization kernels: validate every argument, then dispatch on the device's
+// architecture.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common/device.hpp"
+#include "common/error.hpp"
+#include "fp8quant/quant.h"
+#include "kernels/per_token_group_quant.hpp"
+
+namespace {
+
+constexpr int64_t kTmaRowAlign = 4;  // 16 bytes of 4-byte scales
+constexpr int64_t kPack = 4;         // UE8M0 bytes per int32
+constexpr int64_t kMaxBatch = 65535; // batches go on grid.y
+// Groups launched per batch are counted in int32 on the device, with a block of headroom.
+constexpr int64_t kMaxUnits = std::numeric_limits<int32_t>::max() - 4096;
+
+int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+bool is_layout(fp8quant_scale_layout_t layout) {
+  return layout == FP8QUANT_SCALE_ROW || layout == FP8QUANT_SCALE_MN ||
+         layout == FP8QUANT_SCALE_MN_TMA || layout == FP8QUANT_SCALE_PACKED_UE8M0;
+}
+
+int64_t dtype_size(fp8quant_dtype_t dtype) {
+  switch (dtype) {
+    case FP8QUANT_DTYPE_FLOAT32: return 4;
+    case FP8QUANT_DTYPE_FLOAT16: return 2;
+    case FP8QUANT_DTYPE_BFLOAT16: return 2;
+  }
+  return 0;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Geometry of a layout; arguments already checked.
+fp8quant_scale_shape_t scale_geometry(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
+                                      int64_t num_groups) {
+  fp8quant_scale_shape_t s{};
+  const bool tma = layout == FP8QUANT_SCALE_MN_TMA || layout == FP8QUANT_SCALE_PACKED_UE8M0;
+  s.rows = tma ? align_up(m, kTmaRowAlign) : m;
+  s.cols = layout == FP8QUANT_SCALE_PACKED_UE8M0 ? (num_groups + kPack - 1) / kPack : num_groups;
+  if (layout == FP8QUANT_SCALE_ROW) {
+    s.row_stride = s.cols;
+    s.col_stride = 1;
+  } else {
+    s.row_stride = 1;
+    s.col_stride = s.rows;
+  }
+  s.batch_stride = s.rows * s.cols;
+  s.numel = s.batch_stride * batch;
+  return s;
+}
+
+}  // namespace
+
+extern "C" {
+
+fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
+                                       int64_t num_groups, fp8quant_scale_shape_t* shape) {
+  FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
+  FP8QUANT_CHECK_ARG(is_layout(layout), "layout", "unknown scale layout " + std::to_string(layout));
+  FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + std::to_string(m));
+  FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + std::to_string(num_groups));
+  constexpr int64_t kLimit = int64_t{1} << 56;
+  FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign) &&
+                         (batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch),
+                     "m", "the scales of this many rows and groups overflow 64-bit sizes");
+  *shape = scale_geometry(layout, batch, m, num_groups);
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t fp8quant_per_token_group_quant(
+    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+    int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+    int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+    int64_t group_size, float eps, cudaStream_t stream) {
+  using std::to_string;
+  const int64_t elem = dtype_size(x_dtype);
+
+  // Values
+  FP8QUANT_CHECK_ARG(elem != 0, "x_dtype", "unsupported input dtype " + to_string(x_dtype) +
+                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
+  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout",
+                     "unknown scale layout " + to_string(scale_layout));
+  FP8QUANT_CHECK_ARG(scale_layout != FP8QUANT_SCALE_PACKED_UE8M0 || ue8m0, "ue8m0",
+                     "must be nonzero with FP8QUANT_SCALE_PACKED_UE8M0 (packed scales are UE8M0)");
+  FP8QUANT_CHECK_ARG(group_size == 32 || group_size == 64 || group_size == 128, "group_size",
+                     "must be 32, 64 or 128, got " + to_string(group_size));
+  FP8QUANT_CHECK_ARG(k > 0 && k % group_size == 0, "k",
+                     "must be a positive multiple of group_size (" + to_string(group_size) +
+                         "), got " + to_string(k));
+  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
+                     "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + to_string(m));
+  FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, "eps",
+                     "must be finite and > 0, got " + to_string(eps));
+  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
+
+  // Geometry
+  const int64_t num_groups = k / group_size;
+  const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
+  const int64_t units = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.rows * shape.cols * kPack
+                                                                    : shape.rows * num_groups;
+  FP8QUANT_CHECK_ARG(m <= kMaxUnits && units <= kMaxUnits, "m",
+                     "m * k / group_size = " + to_string(m * num_groups) +
+                         " groups per batch exceeds the limit of " + to_string(kMaxUnits));
+
+  // Buffers
+  FP8QUANT_CHECK_ARG(x != nullptr, "x", "must not be null");
+  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
+  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(x) % elem == 0, "x",
+                     "must be aligned to its element size (" + to_string(elem) + " bytes)");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
+  FP8QUANT_CHECK_ARG(x_row_stride >= 0 && x_batch_stride >= 0, "x_row_stride",
+                     "strides of x must be >= 0");
+  FP8QUANT_CHECK_ARG(q_row_stride >= k || m == 1, "q_row_stride",
+                     "rows of q must not overlap: need >= k (" + to_string(k) + "), got " +
+                         to_string(q_row_stride));
+  FP8QUANT_CHECK_ARG(batch == 1 || q_batch_stride >= (m - 1) * q_row_stride + k, "q_batch_stride",
+                     "batches of q must not overlap: need >= " + to_string((m - 1) * q_row_stride + k) +
+                         ", got " + to_string(q_batch_stride));
+
+  // Strides that are never stepped over do not constrain the vectorized path
+  const int64_t x_rs = m > 1 ? x_row_stride * elem : 0, x_bs = batch > 1 ? x_batch_stride * elem : 0;
+  const int64_t q_rs = m > 1 ? q_row_stride : 0, q_bs = batch > 1 ? q_batch_stride : 0;
+  fp8quant::QuantProblem problem{};
+  problem.x = x;
+  problem.q = q;
+  problem.scale = scale;
+  problem.x_batch_stride = x_batch_stride;
+  problem.x_row_stride = x_row_stride;
+  problem.q_batch_stride = q_batch_stride;
+  problem.q_row_stride = q_row_stride;
+  problem.scale_batch_stride = shape.batch_stride;
+  problem.batch = static_cast<int32_t>(batch);
+  problem.m = static_cast<int32_t>(m);
+  problem.num_groups = static_cast<int32_t>(num_groups);
+  problem.rows = static_cast<int32_t>(shape.rows);
+  problem.units = static_cast<int32_t>(units);
+  problem.eps = eps;
+  problem.dtype = x_dtype;
+  problem.layout = scale_layout;
+  problem.group_size = static_cast<int32_t>(group_size);
+  problem.ue8m0 = ue8m0 != 0;
+  problem.aligned = aligned16(x) && aligned16(q) && x_rs % 16 == 0 && x_bs % 16 == 0 &&
+                    q_rs % 16 == 0 && q_bs % 16 == 0;
+
+  // Dispatch on the architecture
+  int major = 0, minor = 0;
+  if (const fp8quant_status_t st = fp8quant::current_device_arch(&major, &minor); st != FP8QUANT_SUCCESS) {
+    return st;
+  }
+  cudaError_t err;
+  if (major == 9) {
+    err = fp8quant::sm90::per_token_group_quant(problem, stream);
+  } else if (major == 10) {
+    err = fp8quant::sm100::per_token_group_quant(problem, stream);
+  } else {
+    return fp8quant::set_error(
+        FP8QUANT_ERROR_UNSUPPORTED_DEVICE,
+        "fp8quant runs on sm_90a (Hopper, compute capability 9.0) and sm_100a (Blackwell, 10.0); "
+        "the current device has compute capability " + to_string(major) + "." + to_string(minor));
+  }
+  if (err != cudaSuccess) {
+    return fp8quant::set_error(FP8QUANT_ERROR_CUDA,
+                               std::string("kernel launch failed: ") + cudaGetErrorString(err));
+  }
+  return FP8QUANT_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,33 @@
+// Error state of the C API: a status plus a per-thread message naming what was wrong.
+#pragma once
+
+#include <string>
+
+#include "fp8quant/common.h"
+
+namespace fp8quant {
+
+// Record `message` as the calling thread's last error and return `status`.
+fp8quant_status_t set_error(fp8quant_status_t status, std::string message);
+
+}  // namespace fp8quant
+
+// Return FP8QUANT_ERROR_INVALID_ARGUMENT from the enclosing C API function unless `cond`
+// holds; the message starts with the argument's name.
+#define FP8QUANT_CHECK_ARG(cond, arg, message)                                                   \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      return ::fp8quant::set_error(FP8QUANT_ERROR_INVALID_ARGUMENT,                              \
+                                   std::string(arg) + ": " + (message));                         \
+    }                                                                                            \
+  } while (0)
+
+// Return FP8QUANT_ERROR_CUDA from the enclosing function if a CUDA call failed.
+#define FP8QUANT_CHECK_CUDA(expr)                                                                \
+  do {                                                                                           \
+    const cudaError_t err_ = (expr);                                                             \
+    if (err_ != cudaSuccess) {                                                                   \
+      return ::fp8quant::set_error(FP8QUANT_ERROR_CUDA, std::string(#expr) + " failed: " +       \
+                                                            cudaGetErrorString(err_));           \
+    }                                                                                            \
+  } while (0)

@@ -1,0 +1,68 @@
+// Device-side numerics shared by every quantization kernel (SPEC.md section 1).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace fp8quant::math {
+
+constexpr float kFp8Max = 448.0f;
+
+// Scales at or above this take the fast exact division below; see div_rn_with_rcp.
+constexpr float kFastDivMinScale = 0x1p-90f;
+
+// x / s rounded to nearest (IEEE), given r = RN(1 / s).
+//
+// One multiply and two FMAs instead of the compiler's per-division reciprocal, refinement and
+// range check (Markstein: with r within half an ulp of 1/s and q within one ulp of x/s, the
+// remainder x - q*s is exact in an FMA and q + rem*r rounds to RN(x/s)). Valid for finite or NaN
+// x when s >= kFastDivMinScale: the remainder then never drops into subnormals for quotients
+// that e4m3 can tell apart (|x/s| >= 2^-11), and smaller quotients round to a signed zero
+// either way. Infinite x needs the IEEE path (the remainder would be inf - inf).
+__device__ __forceinline__ float div_rn_with_rcp(float x, float s, float r) {
+  const float q = __fmul_rn(x, r);
+  const float rem = __fmaf_rn(-q, s, x);
+  return __fmaf_rn(rem, r, q);
+}
+
+// UE8M0 exponent of a positive finite scale: round up to a power of two on the bit pattern
+// (never through log2/exp2), clamped to [1, 254].
+__device__ __forceinline__ uint32_t ue8m0_exponent(float s) {
+  const uint32_t bits = __float_as_uint(s);
+  const uint32_t e = (bits >> 23) + ((bits & 0x7FFFFFu) != 0u);
+  return min(max(e, 1u), 254u);
+}
+
+// 2^(e - 127) as float.
+__device__ __forceinline__ float ue8m0_to_float(uint32_t e) { return __uint_as_float(e << 23); }
+
+// 2^(127 - e), exactly; 2^-127 (e = 254) is a float32 subnormal.
+__device__ __forceinline__ float ue8m0_reciprocal(uint32_t e) {
+  return __uint_as_float(e < 254u ? (254u - e) << 23 : 0x00400000u);
+}
+
+// Two floats to two e4m3 bytes (low byte from `lo`): round to nearest even, saturate to ±448,
+// NaN to NaN.
+__device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Widen input elements to float.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Two packed 16-bit elements (low element first) to floats.
+__device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
+}
+__device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
+  __half2 h;
+  memcpy(&h, &w, sizeof(w));
+  return __half22float2(h);
+}
+
+}  // namespace fp8quant::math

@@ -1,0 +1,201 @@
+// Fused per-token-group FP8 quantization: one pass reads x once, writes q once and writes each
+// group's scale straight into the GEMM's layout (padding included).
+//
+// Work split: a team of kGroupSize / 16 consecutive threads owns one group, 16 elements per
+// thread (two or four 16-byte loads, one 16-byte store). Teams are numbered so that the scale
+// stores of neighbouring teams are neighbours in memory:
+//   row          team -> (m, g), g fastest            scale[m * G + g]
+//   mn, mn_tma   team -> (g, m), m fastest            scale[g * rows + m]
+//   packed_ue8m0 team -> (p, m, j), j then m fastest  byte j of word scale[p * rows + m],
+//                the four teams of one word sit in one warp and merge their bytes by shuffles.
+// Rows m in [M, rows) are padding: their teams load nothing and store zero scales.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/dispatch.hpp"
+#include "common/math.cuh"
+#include "kernels/per_token_group_quant.hpp"
+
+namespace fp8quant::kernels {
+
+constexpr int kElemsPerThread = 16;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// Load 16 consecutive elements as floats.
+template <typename T, bool kAligned>
+__device__ __forceinline__ void load_elems(const T* src, float (&v)[kElemsPerThread]) {
+  if constexpr (kAligned) {
+    constexpr int kVecs = kElemsPerThread * sizeof(T) / sizeof(uint4);
+    uint4 raw[kVecs];
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(raw);
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread / 2; ++i) {
+      float2 f;
+      if constexpr (sizeof(T) == 4) {
+        f = make_float2(__uint_as_float(w[2 * i]), __uint_as_float(w[2 * i + 1]));
+      } else {
+        f = math::unpack2(w[i], T{});
+      }
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) v[i] = math::to_float(src[i]);
+  }
+}
+
+// Max over the kThreads lanes of a team (teams are aligned runs of lanes).
+template <int kThreads>
+__device__ __forceinline__ float team_max(float v) {
+#pragma unroll
+  for (int offset = kThreads / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+template <class Arch, typename T, int kGroupSize, fp8quant_scale_layout_t kLayout, bool kUE8M0,
+          bool kAligned>
+__global__ void __launch_bounds__(Arch::kBlockThreads)
+    per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
+  constexpr int kTeam = kGroupSize / kElemsPerThread;
+  constexpr int kTeamsPerBlock = Arch::kBlockThreads / kTeam;
+  constexpr bool kPacked = kLayout == FP8QUANT_SCALE_PACKED_UE8M0;
+  static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
+  static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
+
+  // Locate this team's group
+  const int sub = threadIdx.x % kTeam;
+  const int32_t unit = blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam;
+  int32_t m, g, col;
+  if constexpr (kLayout == FP8QUANT_SCALE_ROW) {
+    m = unit / p.num_groups;
+    g = unit - m * p.num_groups;
+    col = g;
+  } else if constexpr (kPacked) {
+    const int32_t word = unit / 4;
+    col = word / p.rows;
+    m = word - col * p.rows;
+    g = col * 4 + unit % 4;
+  } else {
+    col = unit / p.rows;
+    m = unit - col * p.rows;
+    g = col;
+  }
+  const bool in_range = unit < p.units;
+  const bool valid = in_range && m < p.m && g < p.num_groups;
+  const int64_t b = blockIdx.y;
+  const int64_t k_offset = static_cast<int64_t>(g) * kGroupSize + sub * kElemsPerThread;
+
+  // Load
+  float v[kElemsPerThread];
+  if (valid) {
+    const T* x = static_cast<const T*>(p.x) + b * p.x_batch_stride + m * p.x_row_stride + k_offset;
+    load_elems<T, kAligned>(x, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) v[i] = 0.0f;
+  }
+
+  // Reduce amax: fmaxf drops NaN; a group holding ±inf (rare) is reduced again without them
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  amax = team_max<kTeam>(amax);
+  const bool has_inf = amax == INFINITY;
+  if (__any_sync(kFullMask, has_inf)) {
+    float finite_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) {
+      const float a = fabsf(v[i]);
+      finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
+    }
+    amax = team_max<kTeam>(finite_amax);
+  }
+  amax = fmaxf(amax, p.eps);
+
+  // Scale
+  float s = __fdiv_rn(amax, math::kFp8Max);
+  uint32_t e = 0;
+  if constexpr (kUE8M0) {
+    e = math::ue8m0_exponent(s);
+    s = math::ue8m0_to_float(e);
+  }
+
+  // Quantize
+  uint32_t out[kElemsPerThread / 4];
+  const auto quantize = [&](auto&& divide) {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread / 4; ++i) {
+      const uint32_t lo = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1]));
+      const uint32_t hi = math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3]));
+      out[i] = lo | (hi << 16);
+    }
+  };
+  if constexpr (kUE8M0) {
+    // x * 2^-k is exact, so it equals x / 2^k
+    const float inv = math::ue8m0_reciprocal(e);
+    quantize([inv](float x) { return x * inv; });
+  } else if (s >= math::kFastDivMinScale && !has_inf) {
+    const float r = __frcp_rn(s);
+    quantize([s, r](float x) { return math::div_rn_with_rcp(x, s, r); });
+  } else {
+    quantize([s](float x) { return __fdiv_rn(x, s); });
+  }
+
+  // Store q
+  if (valid) {
+    uint8_t* q = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + m * p.q_row_stride + k_offset;
+    if constexpr (kAligned) {
+      *reinterpret_cast<uint4*>(q) = make_uint4(out[0], out[1], out[2], out[3]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kElemsPerThread; ++i) q[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
+    }
+  }
+
+  // Store scales
+  const int64_t scale_offset = b * p.scale_batch_stride +
+                               (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(m) * p.num_groups + col
+                                                              : static_cast<int64_t>(col) * p.rows + m);
+  if constexpr (kPacked) {
+    uint32_t word = valid ? e << (8 * (unit % 4)) : 0u;
+    word |= __shfl_xor_sync(kFullMask, word, kTeam);
+    word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
+    if (in_range && sub == 0 && unit % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
+  } else {
+    if (in_range && sub == 0) static_cast<float*>(p.scale)[scale_offset] = valid ? s : 0.0f;
+  }
+}
+
+// Launch the kernel instantiated for `problem` on `stream`.
+template <class Arch>
+cudaError_t launch_per_token_group_quant(const QuantProblem& problem, cudaStream_t stream) {
+  return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
+    return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
+      return FP8QUANT_DISPATCH_SCALE_LAYOUT(problem.layout, kLayout, [&] {
+        return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
+          return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+            if constexpr (kLayout == FP8QUANT_SCALE_PACKED_UE8M0 && !kUE8M0) {
+              return cudaErrorInvalidValue;  // refused by the C API before it gets here
+            } else {
+              constexpr int kTeamsPerBlock = Arch::kBlockThreads / (kGroupSize / kElemsPerThread);
+              const dim3 grid((problem.units + kTeamsPerBlock - 1) / kTeamsPerBlock, problem.batch);
+              per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>
+                  <<<grid, Arch::kBlockThreads, 0, stream>>>(problem);
+              return cudaGetLastError();
+            }
+          });
+        });
+      });
+    });
+  });
+}
+
+}  // namespace fp8quant::kernels
