@@ -1,0 +1,420 @@
+"""``python -m fp8quant bench``: time per_token_group_quant against memory bandwidth and PyTorch.
+
+Timing method on a GPU, per shape:
+
+- R rotating sets of ``(x, q, scale)`` buffers, together at least 256 MiB (R >= 2, at most 512), so
+  that the H200's 60 MB L2 cannot keep a set warm from one call to the next;
+- one CUDA graph of N calls cycling through the sets (N a multiple of R, about 1 ms of work, 20 to
+  2048 calls), so that Python and launch overhead are left out as in a captured model;
+- time per call = median over 10 replays of (replay time / N), measured with CUDA events.
+
+GB/s counts x read, q written and the whole scale buffer written (padding included); "% copy"
+compares it with the device-to-device bandwidth of ``dst.copy_(src)`` on 1 GiB (read + write).
+The baselines, a plain fp32 PyTorch implementation and its ``torch.compile``, are timed the same
+way. Without a CUDA GPU the PyTorch reference is timed on the CPU instead, by wall clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from . import __version__, reference
+from ._checks import FP8_DTYPE, GROUP_SIZES
+from .layouts import empty_scale, scale_spec
+from .quant import per_token_group_quant
+
+__all__ = ["add_arguments", "main", "torch_quant"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# Shapes: every power-of-two M at DeepSeek-V3's hidden size, and a few M at other K.
+K_MAIN = 7168
+M_MAIN = tuple(1 << i for i in range(16))  # 1 .. 32768
+K_OTHER = (2048, 16384, 18432)
+M_OTHER = (1, 128, 4096, 32768)
+M_QUICK = (1, 128, 2048, 4096, 32768)
+M_QUICK_OTHER = 4096
+M_BASELINE = (1, 128, 4096, 32768)  # the shapes (at K_MAIN) where baselines run by default
+
+# (layout, ue8m0) of every scale format fp8quant writes.
+FORMATS = (
+    ("row", False),
+    ("row", True),
+    ("mn", False),
+    ("mn", True),
+    ("mn_tma", False),
+    ("mn_tma", True),
+    ("packed_ue8m0", True),
+)
+
+ROTATION_BYTES = 256 << 20  # over four times the H200's L2
+MAX_SETS = 512
+MIN_CALLS, MAX_CALLS = 20, 2048
+GRAPH_TARGET_US = 1000.0  # work per graph replay
+CALL_FLOOR_US = 2.0  # a kernel never takes less: bounds the graph size of tiny shapes
+WARMUP_CALLS = 3
+REPLAYS = 10
+COPY_BYTES = 1 << 30
+INPUT_STD = 4.0  # spread of the random input; any nonzero input costs the kernels the same
+
+# CPU fallback: the float64 reference is slow, so a few small shapes only.
+M_CPU = (1, 128, 1024)
+LAYOUTS_CPU = ("row", "mn_tma")
+RUNS_CPU = 3
+
+
+def format_name(layout: str, ue8m0: bool) -> str:
+    """``"mn_tma+ue8m0"`` for UE8M0-rounded fp32 scales; packed_ue8m0 is UE8M0 by name."""
+    return f"{layout}+ue8m0" if ue8m0 and layout != "packed_ue8m0" else layout
+
+
+def bench_shapes(quick: bool) -> list[tuple[int, int]]:
+    """The ``(M, K)`` shapes to time, K_MAIN first."""
+    if quick:
+        return [(m, K_MAIN) for m in M_QUICK] + [(M_QUICK_OTHER, k) for k in K_OTHER]
+    return [(m, K_MAIN) for m in M_MAIN] + [(m, k) for k in K_OTHER for m in M_OTHER]
+
+
+def baseline_shapes(which: str, shapes: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The shapes among ``shapes`` where the PyTorch baselines run (``--baselines``)."""
+    if which == "all":
+        return set(shapes)
+    if which == "none":
+        return set()
+    return {(m, K_MAIN) for m in M_BASELINE} & set(shapes)
+
+
+def traffic_bytes(m: int, k: int, dtype: torch.dtype, scale_numel: int) -> int:
+    """Bytes one quantization moves: x read, q written (one byte each), scales written (four)."""
+    return m * k * (dtype.itemsize + 1) + 4 * scale_numel
+
+
+def rotation_sets(set_bytes: int) -> int:
+    """How many buffer sets of ``set_bytes`` to rotate through: ROTATION_BYTES worth, 2 to MAX_SETS."""
+    return max(2, min(MAX_SETS, math.ceil(ROTATION_BYTES / set_bytes)))
+
+
+def graph_calls(sets: int, call_us: float) -> int:
+    """Calls per CUDA graph: about GRAPH_TARGET_US of work, MIN_CALLS to MAX_CALLS, rounded up to a
+    multiple of ``sets`` so that every set is used equally often."""
+    want = min(MAX_CALLS, max(MIN_CALLS, math.ceil(GRAPH_TARGET_US / call_us)))
+    return sets * math.ceil(want / sets)
+
+
+def estimated_call_us(set_bytes: int, copy_gbps: float) -> float:
+    """A lower bound of one call's time: its traffic at copy bandwidth, or CALL_FLOOR_US."""
+    return max(CALL_FLOOR_US, set_bytes / (copy_gbps * 1e3))
+
+
+def random_input(m: int, k: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    return torch.randn((m, k), dtype=dtype, device=device).mul_(INPUT_STD)
+
+
+def torch_quant(x: torch.Tensor, group_size: int, eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+    """The baseline: per-token-group FP8 quantization in plain fp32 PyTorch, scales column-major.
+
+    Not bit-exact (``/ 448`` may be a reciprocal multiply): a speed reference, not an oracle.
+    """
+    groups = x.unflatten(-1, (-1, group_size)).float()
+    amax = groups.abs().amax(-1).clamp_min(eps)
+    scale = amax / reference.FP8_MAX
+    q = (groups / scale.unsqueeze(-1)).clamp(-reference.FP8_MAX, reference.FP8_MAX).to(FP8_DTYPE)
+    return q.flatten(-2), scale.t().contiguous().t()
+
+
+@dataclass
+class Result:
+    """One timed (shape, format or baseline)."""
+
+    m: int
+    k: int
+    name: str
+    time_us: float
+    bytes: int
+    sets: int  # rotating buffer sets (1 on the CPU)
+    calls: int  # calls per timed run (per CUDA graph replay on the GPU)
+    gbps: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gbps = self.bytes / (self.time_us * 1e3)
+
+
+@dataclass
+class Report:
+    """A whole benchmark run: what ran where, and its results."""
+
+    device: str
+    dtype: str
+    group_size: int
+    method: str
+    copy_gbps: float | None  # None on the CPU
+    results: list[Result] = field(default_factory=list)
+
+    def pct_copy(self, result: Result) -> float | None:
+        return None if self.copy_gbps is None else 100.0 * result.gbps / self.copy_gbps
+
+    def to_json(self) -> dict:
+        meta = {key: value for key, value in asdict(self).items() if key != "results"}
+        results = [{**asdict(r), "pct_copy": self.pct_copy(r)} for r in self.results]
+        return {"fp8quant": __version__, "torch": torch.__version__, **meta, "results": results}
+
+    def table(self) -> str:
+        """The results, one line each, for the terminal."""
+        lines = [f"{'M':>6} {'K':>6}  {'format':<14}{'time µs':>10}{'GB/s':>10}{'%copy':>7}"]
+        for r in self.results:
+            pct = self.pct_copy(r)
+            pct_text = "-" if pct is None else f"{pct:.1f}"
+            lines.append(f"{r.m:>6} {r.k:>6}  {r.name:<14}{r.time_us:>10.2f}{r.gbps:>10.1f}{pct_text:>7}")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """The results as a Markdown section: one row per shape, one column per format."""
+        names = list(dict.fromkeys(r.name for r in self.results))
+        shapes = list(dict.fromkeys((r.m, r.k) for r in self.results))
+        by_key = {(r.m, r.k, r.name): r for r in self.results}
+        cell_text = "time per call in µs" + ("" if self.copy_gbps is None else " (% of copy bandwidth)")
+        lines = [
+            f"### per_token_group_quant: {self.device}, {self.dtype} input, group size {self.group_size}",
+            "",
+            f"fp8quant {__version__}, torch {torch.__version__}. {self.method}",
+        ]
+        if self.copy_gbps is not None:
+            lines.append(f"Device-to-device copy bandwidth: {self.copy_gbps:.0f} GB/s.")
+        lines += [
+            f"Each cell: {cell_text}.",
+            "",
+            "| M | K | " + " | ".join(names) + " |",
+            "|" + "--:|" * (len(names) + 2),
+        ]
+        for m, k in shapes:
+            cells = [self._markdown_cell(by_key.get((m, k, name))) for name in names]
+            lines.append(f"| {m} | {k} | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def _markdown_cell(self, result: Result | None) -> str:
+        if result is None:
+            return "-"
+        pct = self.pct_copy(result)
+        return f"{result.time_us:.2f}" if pct is None else f"{result.time_us:.2f} ({pct:.0f}%)"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+
+def _event_ms(run: Callable[[], object]) -> float:
+    """Milliseconds ``run()`` takes on the current stream, by CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def copy_bandwidth_gbps(device: torch.device) -> float:
+    """Device-to-device bandwidth of ``dst.copy_(src)`` on COPY_BYTES, counting read and write."""
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(WARMUP_CALLS):
+        dst.copy_(src)
+    ms = statistics.median(_event_ms(functools.partial(dst.copy_, src)) for _ in range(REPLAYS))
+    return 2 * COPY_BYTES / (ms * 1e6)
+
+
+def time_graph(call: Callable[[int], object], sets: int, calls: int) -> float:
+    """Median microseconds per ``call(i)`` in a CUDA graph of ``calls`` calls, ``i`` cycling through
+    ``range(sets)``, after a few eager warm-up calls."""
+    for i in range(WARMUP_CALLS):
+        call(i % sets)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            call(i % sets)
+    graph.replay()
+    ms = statistics.median(_event_ms(graph.replay) for _ in range(REPLAYS))
+    return ms * 1e3 / calls
+
+
+@dataclass
+class Workload:
+    """One shape's rotating inputs and outputs, and the size of its CUDA graphs."""
+
+    k: int
+    group_size: int
+    xs: list[torch.Tensor]
+    qs: list[torch.Tensor]
+    calls: int
+
+    @classmethod
+    def allocate(cls, m: int, k: int, dtype: torch.dtype, group_size: int, device: torch.device, copy_gbps: float):
+        largest_scale = max(scale_spec(layout, m, k // group_size).numel for layout, _ in FORMATS)
+        set_bytes = traffic_bytes(m, k, dtype, largest_scale)
+        sets = rotation_sets(set_bytes)
+        xs = [random_input(m, k, dtype, device) for _ in range(sets)]
+        qs = [torch.empty((m, k), dtype=FP8_DTYPE, device=device) for _ in range(sets)]
+        return cls(k, group_size, xs, qs, graph_calls(sets, estimated_call_us(set_bytes, copy_gbps)))
+
+    @property
+    def m(self) -> int:
+        return self.xs[0].shape[0]
+
+    @property
+    def sets(self) -> int:
+        return len(self.xs)
+
+    def result(self, name: str, call: Callable[[int], object], scale_numel: int) -> Result:
+        """Time ``call(i)``, which processes set ``i``, into a Result."""
+        time_us = time_graph(call, self.sets, self.calls)
+        nbytes = traffic_bytes(self.m, self.k, self.xs[0].dtype, scale_numel)
+        return Result(self.m, self.k, name, time_us, nbytes, self.sets, self.calls)
+
+
+def time_format(work: Workload, layout: str, ue8m0: bool) -> Result:
+    """fp8quant into preallocated outputs of one scale format."""
+    num_groups = work.k // work.group_size
+    device = work.xs[0].device
+    scales = [empty_scale(layout, work.m, num_groups, device=device) for _ in range(work.sets)]
+
+    def call(i: int) -> None:
+        out = (work.qs[i], scales[i])
+        per_token_group_quant(work.xs[i], work.group_size, scale_layout=layout, ue8m0=ue8m0, out=out)
+
+    return work.result(format_name(layout, ue8m0), call, scales[0].untyped_storage().nbytes() // 4)
+
+
+def time_baseline(work: Workload, name: str, quant: Callable) -> Result:
+    """A PyTorch baseline, which allocates its outputs (fp32 column-major scales)."""
+    return work.result(name, lambda i: quant(work.xs[i], work.group_size), work.m * (work.k // work.group_size))
+
+
+def compile_baseline(work: Workload) -> Callable | None:
+    """``torch.compile(torch_quant)`` compiled for this shape, or None (with a warning) if that fails."""
+    torch.compiler.reset()  # one static graph per shape: stay clear of Dynamo's recompile limit
+    compiled = torch.compile(torch_quant, dynamic=False)
+    try:
+        compiled(work.xs[0], work.group_size)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any compiler failure just drops this baseline
+        progress(f"warning: torch.compile failed, skipping the torch.compile baseline from now on: {exc!r}")
+        return None
+    return compiled
+
+
+def run_gpu(args: argparse.Namespace) -> Report:
+    device = torch.device("cuda", torch.cuda.current_device())
+    dtype = DTYPES[args.dtype]
+    copy_gbps = copy_bandwidth_gbps(device)
+    report = Report(
+        device=torch.cuda.get_device_name(device),
+        dtype=args.dtype,
+        group_size=args.group_size,
+        method=(
+            "Time per call: a CUDA graph of N calls cycling through rotating buffer sets of at least "
+            f"{ROTATION_BYTES >> 20} MiB in all (at most {MAX_SETS} sets), median of {REPLAYS} replays."
+        ),
+        copy_gbps=copy_gbps,
+    )
+    print(f"fp8quant {__version__} bench on {report.device} (torch {torch.__version__}, CUDA {torch.version.cuda})")
+    print(f"{args.dtype} input, group size {args.group_size}; copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+
+    shapes = bench_shapes(args.quick)
+    with_baselines = baseline_shapes(args.baselines, shapes)
+    use_compile = True
+    for index, (m, k) in enumerate(shapes, 1):
+        work = Workload.allocate(m, k, dtype, args.group_size, device, copy_gbps)
+        progress(f"[{index}/{len(shapes)}] M={m} K={k}: {work.sets} buffer sets, {work.calls} calls per graph")
+        report.results += [time_format(work, layout, ue8m0) for layout, ue8m0 in FORMATS]
+        if (m, k) in with_baselines:
+            report.results.append(time_baseline(work, "torch eager", torch_quant))
+            compiled = compile_baseline(work) if use_compile else None
+            use_compile = compiled is not None
+            if compiled is not None:
+                report.results.append(time_baseline(work, "torch.compile", compiled))
+        del work
+        torch.cuda.empty_cache()
+    return report
+
+
+# --------------------------------------------------------------------------------------------- CPU
+
+
+def wall_us(run: Callable[[], object]) -> float:
+    """Median wall-clock microseconds of ``run()`` over RUNS_CPU runs, after one warm-up run."""
+    run()
+    times = []
+    for _ in range(RUNS_CPU):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def run_cpu(args: argparse.Namespace) -> Report:
+    print("No CUDA GPU found: benchmarking the PyTorch reference (fp8quant.reference) on the CPU instead.")
+    dtype = DTYPES[args.dtype]
+    report = Report(
+        device="CPU",
+        dtype=args.dtype,
+        group_size=args.group_size,
+        method=f"fp8quant.reference on the CPU, median wall clock of {RUNS_CPU} runs.",
+        copy_gbps=None,
+    )
+    for m in M_CPU:
+        x = random_input(m, K_MAIN, dtype, "cpu")
+        for layout in LAYOUTS_CPU:
+            run = functools.partial(reference.per_token_group_quant, x, args.group_size, scale_layout=layout)
+            scale_numel = scale_spec(layout, m, K_MAIN // args.group_size).numel
+            nbytes = traffic_bytes(m, K_MAIN, dtype, scale_numel)
+            report.results.append(Result(m, K_MAIN, layout, wall_us(run), nbytes, sets=1, calls=1))
+    return report
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bench`` subcommand's options."""
+    parser.add_argument("--quick", action="store_true", help="time fewer shapes (GPU only)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="input dtype (default: bf16)")
+    parser.add_argument(
+        "--group-size", type=int, choices=GROUP_SIZES, default=128, help="elements per group (default: 128)"
+    )
+    parser.add_argument(
+        "--baselines",
+        choices=("all", "default", "none"),
+        default="default",
+        help="shapes to time the PyTorch eager and torch.compile baselines at: every shape, "
+        f"M in {M_BASELINE} at K={K_MAIN} (default), or none",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
+    parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark the parsed ``args`` describe, print its table and write its files."""
+    report = run_gpu(args) if torch.cuda.is_available() else run_cpu(args)
+    print(report.table(), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report.to_json(), f, indent=2)
+        progress(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(report.markdown())
+        progress(f"wrote {args.markdown}")
+    return 0

@@ -1,0 +1,34 @@
+"""Shared pytest setup: tests marked ``@pytest.mark.gpu`` (marker declared in pyproject.toml)
+are skipped unless a CUDA device of compute capability 9.x or 10.x is present."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+SUPPORTED_CC_MAJORS = (9, 10)
+
+
+@functools.cache
+def gpu_skip_reason() -> str | None:
+    """Why GPU tests cannot run here, or None when they can."""
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (torch.cuda.is_available() is False)"
+    major, minor = torch.cuda.get_device_capability()
+    if major not in SUPPORTED_CC_MAJORS:
+        return f"needs compute capability 9.x or 10.x, this device is {major}.{minor}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in gpu_items:
+        item.add_marker(skip)
