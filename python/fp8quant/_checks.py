@@ -20,11 +20,13 @@ _FP32_MAX = torch.finfo(torch.float32).max
 def resolve_ue8m0(scale_layout: str, ue8m0: bool | None) -> bool:
     """``ue8m0=None`` means "what the layout implies": packed_ue8m0 is UE8M0 by definition."""
     check_scale_layout(scale_layout)
+    if ue8m0 is not None and not isinstance(ue8m0, bool):
+        raise TypeError(f"ue8m0 must be a bool or None, got {type(ue8m0).__name__}")
     if scale_layout == "packed_ue8m0":
         if ue8m0 is False:
             raise ValueError("ue8m0=False contradicts scale_layout='packed_ue8m0' (packed scales are UE8M0)")
         return True
-    return bool(ue8m0)
+    return ue8m0 is True
 
 
 def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:

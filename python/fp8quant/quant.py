@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from . import reference
@@ -9,7 +11,7 @@ from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
 from .layouts import ScaleSpec, scale_spec
 
 try:
-    from . import _C
+    _C = importlib.import_module(f"{__package__}._C")
 except ImportError as exc:  # the package still serves the reference on CPU
     _C = None
     _C_IMPORT_ERROR: ImportError | None = exc
@@ -19,6 +21,8 @@ else:
 __all__ = ["per_token_group_quant"]
 
 _LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
+# Layouts whose buffer holds rows past the [M, *] view (align(M, 4)).
+_PADDED_LAYOUTS = ("mn_tma", "packed_ue8m0")
 
 
 def _spec(x: torch.Tensor, group_size: int, scale_layout: str) -> ScaleSpec:
@@ -86,21 +90,26 @@ def _(x, group_size, scale_layout, ue8m0, eps):
     return _empty_outputs(x, group_size, scale_layout)
 
 
-@torch.library.custom_op("fp8quant::per_token_group_quant_out", mutates_args=("q", "scale"))
+# The out= op takes the scale's whole buffer, flat, padding included: when torch.compile
+# functionalizes a mutated argument it clones it, and a clone of the strided [M, G] view would
+# drop the padding rows the kernel writes.
+@torch.library.custom_op("fp8quant::per_token_group_quant_out", mutates_args=("q", "scale_buffer"))
 def _per_token_group_quant_out(
     x: torch.Tensor,
     q: torch.Tensor,
-    scale: torch.Tensor,
+    scale_buffer: torch.Tensor,
     group_size: int,
     scale_layout: str,
     ue8m0: bool,
     eps: float,
 ) -> None:
+    spec = _spec(x, group_size, scale_layout)
+    scale = scale_buffer.as_strided(spec.shape, spec.stride)
     _run(x, q, scale, group_size, scale_layout, ue8m0, eps)
 
 
 @_per_token_group_quant_out.register_fake
-def _(x, q, scale, group_size, scale_layout, ue8m0, eps):
+def _(x, q, scale_buffer, group_size, scale_layout, ue8m0, eps):
     return None
 
 
@@ -123,6 +132,9 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
         raise ValueError(f"out[0] (q) must have x's shape {tuple(x.shape)}, got {tuple(q.shape)}")
     if q.numel() > 0 and q.stride(-1) != 1:
         raise ValueError(f"out[0] (q) must have a contiguous last dimension, got strides {tuple(q.stride())}")
+    row_span = (q.shape[-2] - 1) * q.stride(-2) + q.shape[-1]
+    if (q.shape[-2] > 1 and q.stride(-2) < q.shape[-1]) or (q.dim() == 3 and q.shape[0] > 1 and q.stride(0) < row_span):
+        raise ValueError(f"out[0] (q) must not overlap itself, got strides {tuple(q.stride())}")
     if scale.dtype != spec.dtype:
         raise TypeError(f"out[1] (scale) must be {spec.dtype} for scale_layout={spec.layout!r}, got {scale.dtype}")
     if tuple(scale.shape) != spec.shape:
@@ -132,6 +144,8 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
             f"out[1] (scale) must have strides {spec.stride} for scale_layout={spec.layout!r}, "
             f"got {tuple(scale.stride())}"
         )
+    if torch.compiler.is_compiling():
+        return q, scale  # storage sizes are not traceable; as_strided on the buffer checks them
     need = (scale.storage_offset() + spec.numel) * scale.element_size()
     have = scale.untyped_storage().nbytes()
     if spec.numel > 0 and have < need:
@@ -181,6 +195,13 @@ def per_token_group_quant(
         raise ValueError(f"x must be a CUDA or CPU tensor, got device {x.device}")
     if out is None:
         return torch.ops.fp8quant.per_token_group_quant(x, group_size, scale_layout, ue8m0, float(eps))
-    q, scale = _check_out(x, out, _spec(x, group_size, scale_layout))
-    torch.ops.fp8quant.per_token_group_quant_out(x, q, scale, group_size, scale_layout, ue8m0, float(eps))
+    spec = _spec(x, group_size, scale_layout)
+    if scale_layout in _PADDED_LAYOUTS and torch.compiler.is_compiling():
+        raise ValueError(
+            f"out= with scale_layout={scale_layout!r} cannot be compiled: torch.compile clones a mutated "
+            "input without the padding rows the kernel writes; call the op without out= in compiled code"
+        )
+    q, scale = _check_out(x, out, spec)
+    buffer = scale.as_strided((spec.numel,), (1,))
+    torch.ops.fp8quant.per_token_group_quant_out(x, q, buffer, group_size, scale_layout, ue8m0, float(eps))
     return q, scale

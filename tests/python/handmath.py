@@ -44,7 +44,10 @@ def _round_half_even(n: Fraction) -> int:
 
 
 def f32_round(v: Fraction | float | int) -> float:
-    """``v`` rounded to the nearest float32 (ties to even), overflow not handled."""
+    """``v`` rounded to the nearest float32 (ties to even), overflow not handled.
+
+    A negative value that rounds to zero gives -0.0 (a Fraction cannot hold -0 itself).
+    """
     v = Fraction(v)
     if v == 0:
         return 0.0
@@ -52,13 +55,16 @@ def f32_round(v: Fraction | float | int) -> float:
     a = abs(v)
     e = max(_floor_log2(a), F32_MIN_EXP)  # below 2^-126 the quantum stays 2^-149
     ulp = Fraction(2) ** (e - F32_MANT_BITS)
-    out = sign * _round_half_even(a / ulp) * ulp
-    assert abs(out) < Fraction(2) ** 128
-    return float(out)
+    out = _round_half_even(a / ulp) * ulp
+    assert out < Fraction(2) ** 128
+    return math.copysign(float(out), sign)
 
 
 def f32_div(a: float, b: float) -> float:
-    """IEEE float32 division of two float32 numbers, correctly rounded."""
+    """IEEE float32 division of two finite float32 numbers (b != 0), correctly rounded,
+    signed zeros included."""
+    if a == 0:
+        return math.copysign(0.0, math.copysign(1.0, a) * math.copysign(1.0, b))
     return f32_round(Fraction(a) / Fraction(b))
 
 

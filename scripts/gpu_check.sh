@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Validate fp8quant on a machine with an sm_90/sm_100 GPU, with fp8quant already installed in
+# the current Python: the C++ tests, the whole pytest suite, compute-sanitizer (memcheck,
+# racecheck) on representative launches, and the benchmark. Logs go to $LOGDIR (default
+# build/gpu-check). Stages can be picked: scripts/gpu_check.sh ctest pytest sanitize bench
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+logdir=${LOGDIR:-build/gpu-check}
+mkdir -p "$logdir"
+stages=("${@:-ctest pytest sanitize bench}")
+status=0
+
+run() {  # run NAME CMD...: tee the output to $logdir/NAME.log, remember a failure
+  local name=$1
+  shift
+  echo "==> $name: $*"
+  "$@" 2>&1 | tee "$logdir/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "==> $name: exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+for stage in ${stages[*]}; do
+  case $stage in
+    ctest)
+      run configure cmake -S . -B build/gpu-ctest -G Ninja -DFP8QUANT_BUILD_TESTS=ON
+      run build cmake --build build/gpu-ctest
+      run ctest ctest --test-dir build/gpu-ctest --output-on-failure -V ;;
+    pytest)
+      run pytest python -m pytest tests/python -q -ra --durations=15 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        run "sanitize-$tool" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+          compute-sanitizer --tool "$tool" --error-exitcode 1 python tests/tools/sanitize_cases.py
+      done ;;
+    bench)
+      run bench python -m fp8quant bench --json "$logdir/bench.json" --markdown "$logdir/bench.md" ;;
+    *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
+exit $status

@@ -1,0 +1,54 @@
+"""Representative kernel launches for compute-sanitizer (memcheck, racecheck, initcheck).
+
+Run with the caching allocator off, so that every tensor is its own allocation and a stray
+access lands outside it:
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tests/tools/sanitize_cases.py
+
+Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path;
+each result is also compared with the reference, so the run fails on wrong bytes too.
+"""
+
+import itertools
+import sys
+
+import torch
+
+import fp8quant
+
+FORMATS = [("row", False), ("row", True), ("mn", False), ("mn", True), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)]
+
+
+def check(x: torch.Tensor, group_size: int, layout: str, ue8m0: bool) -> bool:
+    q, s = fp8quant.per_token_group_quant(x, group_size, scale_layout=layout, ue8m0=ue8m0)
+    rq, rs = fp8quant.reference.per_token_group_quant(x, group_size, scale_layout=layout, ue8m0=ue8m0)
+    numel = fp8quant.scale_spec(layout, x.shape[-2], x.shape[-1] // group_size, tuple(x.shape[:-2])).numel
+    same_q = torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
+    same_s = torch.equal(s.as_strided((numel,), (1,)).view(torch.int32), rs.as_strided((numel,), (1,)).view(torch.int32))
+    return same_q and same_s
+
+
+def main() -> int:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    failures = 0
+    cases = 0
+    for (layout, ue8m0), dtype, group_size, m in itertools.product(
+        FORMATS, (torch.bfloat16, torch.float16, torch.float32), (32, 64, 128), (1, 5, 129)
+    ):
+        k = 3 * 128  # G odd for every group size
+        x = torch.randn(m, k, device="cuda", generator=gen).to(dtype)
+        failures += not check(x, group_size, layout, ue8m0)
+        cases += 1
+    for layout, ue8m0 in FORMATS:
+        x3 = torch.randn(3, 5, 640, device="cuda", generator=gen).to(torch.bfloat16)
+        unaligned = torch.randn(7, 1 + 384, device="cuda", generator=gen).to(torch.bfloat16)[:, 1:]
+        failures += not check(x3, 128, layout, ue8m0)
+        failures += not check(unaligned, 128, layout, ue8m0)
+        cases += 2
+    torch.cuda.synchronize()
+    print(f"{cases} cases, {failures} mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
