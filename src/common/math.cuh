@@ -17,15 +17,16 @@ constexpr float kFastDivMinScale = 0x1p-90f;
 // x / s rounded to nearest (IEEE), given r = RN(1 / s).
 //
 // One multiply and two FMAs instead of the compiler's per-division reciprocal, refinement and
-// range check (Markstein: with r within half an ulp of 1/s and q within one ulp of x/s, the
-// remainder x - q*s is exact in an FMA and q + rem*r rounds to RN(x/s)). Valid for finite or NaN
-// x when s >= kFastDivMinScale: the remainder then never drops into subnormals for quotients
-// that e4m3 can tell apart (|x/s| >= 2^-11), and smaller quotients round to a signed zero
-// either way. Infinite x needs the IEEE path (the remainder would be inf - inf).
+// range check (Markstein's correction: the remainder x - q*s is exact in an FMA, and q + rem*r
+// rounds to RN(x/s); the compiler's own fast path has the same shape with a less accurate r).
+// The remainder is formed negated, -(q*s - x), so that an exact quotient adds -0 and a zero x
+// keeps its sign. Valid for finite or NaN x when s >= kFastDivMinScale: the remainder then never
+// drops into subnormals for quotients that e4m3 can tell apart (|x/s| >= 2^-11), and smaller
+// quotients round to a zero of x's sign either way. Infinite x needs IEEE division (inf - inf).
 __device__ __forceinline__ float div_rn_with_rcp(float x, float s, float r) {
   const float q = __fmul_rn(x, r);
-  const float rem = __fmaf_rn(-q, s, x);
-  return __fmaf_rn(rem, r, q);
+  const float neg_rem = __fmaf_rn(q, s, -x);
+  return __fmaf_rn(-neg_rem, r, q);
 }
 
 // UE8M0 exponent of a positive finite scale: round up to a power of two on the bit pattern

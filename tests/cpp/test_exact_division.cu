@@ -14,7 +14,8 @@ __device__ uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Counts: [0] samples, [1] float32 mismatches where |x/s| >= 2^-11, [2] e4m3 mismatches.
+// Counts: [0] samples, [1] float32 mismatches where |x/s| >= 2^-11 or x/s is a signed zero,
+// [2] e4m3 mismatches.
 __global__ void compare(uint64_t samples, unsigned long long* counts) {
   unsigned long long fp32_bad = 0, fp8_bad = 0, n = 0;
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < samples;
@@ -23,19 +24,26 @@ __global__ void compare(uint64_t samples, unsigned long long* counts) {
     // s: any float32 in [2^-90, 2^126): random exponent and mantissa
     const uint32_t s_exp = 127 - 90 + uint32_t(r % 216);
     const float s = __uint_as_float((s_exp << 23) | uint32_t((r >> 8) & 0x7FFFFF));
-    // x: half the time s * u with |u| <= 448 (the kernel's range), else any finite float32
+    // x: s * u with |u| <= 448 (the kernel's range), any finite float32, or a signed zero or
+    // subnormal (whose quotient's sign must survive)
     float x;
     const uint32_t rx = uint32_t(r >> 32);
-    if (r & 1) {
-      const float u = __uint_as_float((rx & 0x807FFFFFu) | ((110u + (rx >> 23) % 25u) << 23));
-      x = fminf(fmaxf(__fmul_rn(s, u), -3.0e38f), 3.0e38f);
-    } else {
-      x = __uint_as_float(rx);
-      if (!isfinite(x)) x = 1.0f;
+    switch (r & 3) {
+      case 0:
+        x = __uint_as_float((rx & 0x80000000u) | ((rx & 0x7FFFFFu) >> (rx & 31)));
+        break;
+      case 1:
+        x = __uint_as_float(rx);
+        if (!isfinite(x)) x = 1.0f;
+        break;
+      default: {
+        const float u = __uint_as_float((rx & 0x807FFFFFu) | ((110u + (rx >> 23) % 25u) << 23));
+        x = fminf(fmaxf(__fmul_rn(s, u), -3.0e38f), 3.0e38f);
+      }
     }
     const float exact = __fdiv_rn(x, s);
     const float fast = fp8quant::math::div_rn_with_rcp(x, s, __frcp_rn(s));
-    fp32_bad += fabsf(exact) >= 0x1p-11f && __float_as_uint(exact) != __float_as_uint(fast);
+    fp32_bad += (fabsf(exact) >= 0x1p-11f || exact == 0.0f) && __float_as_uint(exact) != __float_as_uint(fast);
     fp8_bad += fp8quant::math::cvt_e4m3x2(exact, 0.0f) != fp8quant::math::cvt_e4m3x2(fast, 0.0f);
     ++n;
   }
@@ -61,7 +69,7 @@ int main() {
     std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 1;
   }
-  std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11), %llu e4m3 mismatches\n", h[0],
+  std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0],
               h[1], h[2]);
   return h[1] == 0 && h[2] == 0 && h[0] == (uint64_t{1} << 32) ? 0 : 1;
 }

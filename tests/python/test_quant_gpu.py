@@ -560,7 +560,9 @@ def _all_finite_patterns_input(dtype, group_size, gen) -> torch.Tensor:
     return groups.reshape(-1, 7 * group_size)
 
 
-@pytest.mark.parametrize("layout,ue8m0", format_params((("row", False), ("row", True), ("mn_tma", False), ("packed_ue8m0", True))))
+@pytest.mark.parametrize(
+    "layout,ue8m0", format_params((("row", False), ("row", True), ("mn_tma", False), ("packed_ue8m0", True)))
+)
 @pytest.mark.parametrize("group_size", [32, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=DTYPE_NAMES.get)
 def test_all_finite_16bit_patterns(dtype, group_size, layout, ue8m0, gen):
@@ -742,7 +744,9 @@ def test_enqueued_on_current_stream(gen):
 
 
 @pytest.mark.parametrize("variant", ["out", "allocating"])
-@pytest.mark.parametrize("layout,ue8m0", format_params((("row", False), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True))))
+@pytest.mark.parametrize(
+    "layout,ue8m0", format_params((("row", False), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)))
+)
 def test_cuda_graph(layout, ue8m0, variant, gen):
     """Capture, change the input in place, replay (twice): outputs follow the new input."""
     shape, gs = (129, 640), 128
@@ -786,7 +790,10 @@ def fresh_dynamo():
 
 
 @pytest.mark.parametrize("m", [5, 128])
-@pytest.mark.parametrize("layout,ue8m0", format_params((("row", False), ("mn", False), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True))))
+@pytest.mark.parametrize(
+    "layout,ue8m0",
+    format_params((("row", False), ("mn", False), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True))),
+)
 def test_torch_compile(layout, ue8m0, m, gen, fresh_dynamo):
     """fullgraph Inductor: a pointwise op feeding the quantization; the compiled outputs equal
     the reference and keep the eager strides ((1, align(M, 4)) for mn_tma, int32 packed)."""
