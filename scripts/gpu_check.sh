@@ -23,9 +23,8 @@ run() {  # run NAME CMD...: tee the output to $logdir/NAME.log, remember a failu
 for stage in ${stages[*]}; do
   case $stage in
     ctest)
-      run configure cmake -S . -B build/gpu-ctest -G Ninja -DFP8QUANT_BUILD_TESTS=ON
-      run build cmake --build build/gpu-ctest
-      run ctest ctest --test-dir build/gpu-ctest --output-on-failure -V ;;
+      run ctest bash -c "cmake -S . -B build/gpu-ctest -G Ninja -DFP8QUANT_BUILD_TESTS=ON >/dev/null &&
+        cmake --build build/gpu-ctest && ctest --test-dir build/gpu-ctest --output-on-failure -V" ;;
     pytest)
       run pytest python -m pytest tests/python -q -ra --durations=15 ;;
     sanitize)
