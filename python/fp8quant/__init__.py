@@ -7,12 +7,13 @@ CUDA tensors run the kernels (sm_90a or sm_100a); CPU tensors run :mod:`fp8quant
 """
 
 from . import reference
-from .layouts import SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
+from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "SCALE_FORMATS",
     "SCALE_LAYOUTS",
     "ScaleSpec",
     "empty_scale",

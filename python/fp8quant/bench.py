@@ -31,7 +31,7 @@ import torch
 
 from . import __version__, reference
 from ._checks import FP8_DTYPE, GROUP_SIZES
-from .layouts import empty_scale, scale_spec
+from .layouts import SCALE_FORMATS as FORMATS, empty_scale, scale_spec
 from .quant import per_token_group_quant
 
 __all__ = ["add_arguments", "main", "torch_quant"]
@@ -47,16 +47,6 @@ M_QUICK = (1, 128, 2048, 4096, 32768)
 M_QUICK_OTHER = 4096
 M_BASELINE = (1, 128, 4096, 32768)  # the shapes (at K_MAIN) where baselines run by default
 
-# (layout, ue8m0) of every scale format fp8quant writes.
-FORMATS = (
-    ("row", False),
-    ("row", True),
-    ("mn", False),
-    ("mn", True),
-    ("mn_tma", False),
-    ("mn_tma", True),
-    ("packed_ue8m0", True),
-)
 
 ROTATION_BYTES = 256 << 20  # over four times the H200's L2
 MAX_SETS = 512

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
+    "SCALE_FORMATS",
     "SCALE_LAYOUTS",
     "ScaleSpec",
     "align",
@@ -22,6 +23,18 @@ __all__ = [
 
 #: Every scale layout fp8quant writes, by the name the Python API takes.
 SCALE_LAYOUTS = ("row", "mn", "mn_tma", "packed_ue8m0")
+
+#: Every ``(scale_layout, ue8m0)`` pair the op writes: the fp32 layouts with plain or
+#: power-of-two scales, and packed UE8M0.
+SCALE_FORMATS = (
+    ("row", False),
+    ("row", True),
+    ("mn", False),
+    ("mn", True),
+    ("mn_tma", False),
+    ("mn_tma", True),
+    ("packed_ue8m0", True),
+)
 
 # Rows of TMA-aligned layouts are padded to a multiple of this (16 bytes of 4-byte scales).
 _TMA_ROW_ALIGN = 4

@@ -32,7 +32,7 @@ import pytest
 import torch
 
 import fp8quant
-from fp8quant import reference
+from fp8quant import SCALE_FORMATS as FORMATS, reference
 from fp8quant.quant import _LAYOUT_CODES, _extension
 
 pytestmark = pytest.mark.gpu
@@ -48,17 +48,6 @@ FAST_DIV_MIN_SCALE = 2.0**-90  # below this scale the kernel divides with __fdiv
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 GROUP_SIZES = (32, 64, 128)
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-
-# Every (scale_layout, ue8m0) the op supports.
-FORMATS = (
-    ("row", False),
-    ("row", True),
-    ("mn", False),
-    ("mn", True),
-    ("mn_tma", False),
-    ("mn_tma", True),
-    ("packed_ue8m0", True),
-)
 
 
 def _format_id(layout: str, ue8m0: bool) -> str:

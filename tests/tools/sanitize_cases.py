@@ -16,7 +16,7 @@ import torch
 
 import fp8quant
 
-FORMATS = [("row", False), ("row", True), ("mn", False), ("mn", True), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)]
+FORMATS = fp8quant.SCALE_FORMATS
 
 
 def check(x: torch.Tensor, group_size: int, layout: str, ue8m0: bool) -> bool:
