@@ -64,7 +64,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  * @brief Quantize `x [batch, m, k]` to float8_e4m3fn in groups of `group_size` along k.
  *
  * Work is enqueued on `stream` of the current device; pointers must be device memory of that
- * device. With `batch == 0` or `m == 0` nothing is launched. A 16-byte-aligned `x` and `q`
+ * device, and `q` and `scale` must not overlap each other or `x`. Arguments are validated first;
+ * then, with `batch == 0` or `m == 0`, nothing is launched and no device is needed. A 16-byte-aligned `x` and `q`
  * (pointers and strides) take the vectorized path; other alignments take a slower element-wise
  * path with the same results.
  *
@@ -74,7 +75,7 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  * @param m               Rows per batch.
  * @param k               Elements per row; a positive multiple of `group_size`.
  * @param x_batch_stride  Elements between batches of `x`.
- * @param x_row_stride    Elements between rows of `x`, >= k.
+ * @param x_row_stride    Elements between rows of `x`, >= 0 (rows may overlap or repeat).
  * @param q               Output float8_e4m3fn values, last dimension contiguous.
  * @param q_batch_stride  Bytes between batches of `q`; batches must not overlap.
  * @param q_row_stride    Bytes between rows of `q`, >= k.
@@ -85,6 +86,9 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  *                        FP8QUANT_SCALE_PACKED_UE8M0.
  * @param group_size      32, 64 or 128.
  * @param eps             Lower bound of each group's amax; finite and > 0.
+ *
+ * At most `2^31 - 4097` groups per batch are launched, counting the padding rows of the
+ * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`.
  * @param stream          CUDA stream to enqueue on.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(

@@ -44,8 +44,9 @@ fp8quant_dtype_t input_dtype(const Tensor& x) {
   bad_arg("x: dtype must be bfloat16, float16 or float32");
 }
 
-// q [.., M, K] float8_e4m3fn (or its uint8 view) with x's shape; scale with the layout's
-// exact shape and strides.
+// q [.., M, K]: the uint8 view of the float8_e4m3fn output, with x's shape; scale with the
+// layout's exact shape and strides, backed by the whole padded buffer (fp8quant_scale_shape's
+// numel): the kernel writes the padding rows past the view's last element.
 void per_token_group_quant(Tensor x, Tensor q, Tensor scale, int layout, bool ue8m0,
                            int64_t group_size, float eps, uintptr_t stream) {
   const size_t nd = x.ndim();
@@ -60,9 +61,7 @@ void per_token_group_quant(Tensor x, Tensor q, Tensor scale, int layout, bool ue
   const int64_t m = x.shape(nd - 2), k = x.shape(nd - 1);
   if (m * k > 0 && x.stride(nd - 1) != 1) bad_arg("x: last dimension must be contiguous");
 
-  if (!is_dtype(q, dtype_code::Float8_E4M3FN, 8) && !is_dtype(q, dtype_code::UInt, 8)) {
-    bad_arg("q: dtype must be float8_e4m3fn (or its uint8 view)");
-  }
+  if (!is_dtype(q, dtype_code::UInt, 8)) bad_arg("q: dtype must be uint8 (a view of the float8_e4m3fn output)");
   if (q.ndim() != nd) bad_arg("q: must have the shape of x");
   for (size_t i = 0; i < nd; ++i) {
     if (q.shape(i) != x.shape(i)) bad_arg("q: must have the shape of x");
@@ -120,6 +119,8 @@ NB_MODULE(_C, mod) {
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
-          "Quantize x into q and scale on the CUDA stream `stream` (an address, 0 for the "
-          "legacy default stream).");
+          "Quantize x into q (uint8 view of the float8 output) and scale on the CUDA stream "
+          "`stream` (an address, 0 for the legacy default stream). scale must be backed by the "
+          "whole padded buffer of its layout; fp8quant.per_token_group_quant checks that, this "
+          "function does not.");
 }

@@ -118,6 +118,23 @@ def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
         raise ValueError(f"{name} is on {t.device}, x on {device}: all tensors must be on one device")
 
 
+def _byte_span(t: torch.Tensor, numel: int | None = None) -> tuple[int, int]:
+    """``[first, past-the-last)`` byte addresses of ``t``'s elements (or of ``numel`` elements
+    from its start)."""
+    if numel is None:
+        numel = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) if t.numel() else 0
+    return t.data_ptr(), t.data_ptr() + numel * t.element_size()
+
+
+def _check_no_overlap(named: list[tuple[str, torch.Tensor, int | None]]) -> None:
+    """Refuse outputs that share bytes with the input or with each other."""
+    spans = [(name, t.untyped_storage().data_ptr(), _byte_span(t, numel)) for name, t, numel in named]
+    for i, (name_a, storage_a, (lo_a, hi_a)) in enumerate(spans):
+        for name_b, storage_b, (lo_b, hi_b) in spans[i + 1 :]:
+            if storage_a == storage_b and lo_a < hi_b and lo_b < hi_a:
+                raise ValueError(f"{name_b} overlaps {name_a}: outputs must not share memory with x or each other")
+
+
 def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError("out must be a (q, scale) pair of tensors")
@@ -153,6 +170,7 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
             f"out[1] (scale) needs {need} bytes of storage from its start (padding rows included), "
             f"its storage holds {have}; allocate it with fp8quant.empty_scale()"
         )
+    _check_no_overlap([("x", x, None), ("out[0] (q)", q, None), ("out[1] (scale)", scale, spec.numel)])
     return q, scale
 
 

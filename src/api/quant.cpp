@@ -101,12 +101,15 @@ fp8quant_status_t fp8quant_per_token_group_quant(
                      "must be finite and > 0, got " + to_string(eps));
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Geometry
+  // Geometry (m and num_groups are bounded first, so no product below overflows)
   const int64_t num_groups = k / group_size;
+  FP8QUANT_CHECK_ARG(m <= kMaxUnits && num_groups <= kMaxUnits, "m",
+                     "m (" + to_string(m) + ") and k / group_size (" + to_string(num_groups) +
+                         ") must each be at most " + to_string(kMaxUnits));
   const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
   const int64_t units = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.rows * shape.cols * kPack
                                                                     : shape.rows * num_groups;
-  FP8QUANT_CHECK_ARG(m <= kMaxUnits && units <= kMaxUnits, "m",
+  FP8QUANT_CHECK_ARG(units <= kMaxUnits, "m",
                      "m * k / group_size = " + to_string(m * num_groups) +
                          " groups per batch exceeds the limit of " + to_string(kMaxUnits));
 
@@ -122,13 +125,18 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   FP8QUANT_CHECK_ARG(q_row_stride >= k || m == 1, "q_row_stride",
                      "rows of q must not overlap: need >= k (" + to_string(k) + "), got " +
                          to_string(q_row_stride));
-  FP8QUANT_CHECK_ARG(batch == 1 || q_batch_stride >= (m - 1) * q_row_stride + k, "q_batch_stride",
-                     "batches of q must not overlap: need >= " + to_string((m - 1) * q_row_stride + k) +
-                         ", got " + to_string(q_batch_stride));
+  int64_t q_batch_span = 0;  // bytes from a batch's first element of q to past its last
+  const bool span_ok = !__builtin_mul_overflow(m - 1, q_row_stride, &q_batch_span) &&
+                       !__builtin_add_overflow(q_batch_span, k, &q_batch_span);
+  FP8QUANT_CHECK_ARG(span_ok, "q_row_stride", "is too large: the rows of q span more than 2^63 bytes");
+  FP8QUANT_CHECK_ARG(batch == 1 || q_batch_stride >= q_batch_span, "q_batch_stride",
+                     "batches of q must not overlap: need >= " + to_string(q_batch_span) + ", got " +
+                         to_string(q_batch_stride));
 
   // Strides that are never stepped over do not constrain the vectorized path
-  const int64_t x_rs = m > 1 ? x_row_stride * elem : 0, x_bs = batch > 1 ? x_batch_stride * elem : 0;
-  const int64_t q_rs = m > 1 ? q_row_stride : 0, q_bs = batch > 1 ? q_batch_stride : 0;
+  const int64_t x_vec = 16 / elem;  // elements in 16 bytes
+  const bool x_strides16 = (m == 1 || x_row_stride % x_vec == 0) && (batch == 1 || x_batch_stride % x_vec == 0);
+  const bool q_strides16 = (m == 1 || q_row_stride % 16 == 0) && (batch == 1 || q_batch_stride % 16 == 0);
   fp8quant::QuantProblem problem{};
   problem.x = x;
   problem.q = q;
@@ -148,8 +156,7 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.layout = scale_layout;
   problem.group_size = static_cast<int32_t>(group_size);
   problem.ue8m0 = ue8m0 != 0;
-  problem.aligned = aligned16(x) && aligned16(q) && x_rs % 16 == 0 && x_bs % 16 == 0 &&
-                    q_rs % 16 == 0 && q_bs % 16 == 0;
+  problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
 
   // Dispatch on the architecture
   int major = 0, minor = 0;
@@ -157,9 +164,11 @@ fp8quant_status_t fp8quant_per_token_group_quant(
     return st;
   }
   cudaError_t err;
-  if (major == 9) {
+  // sm_90a and sm_100a code runs on exactly compute capability 9.0 and 10.0
+  const int arch = minor == 0 ? major : 0;
+  if (arch == 9) {
     err = fp8quant::sm90::per_token_group_quant(problem, stream);
-  } else if (major == 10) {
+  } else if (arch == 10) {
     err = fp8quant::sm100::per_token_group_quant(problem, stream);
   } else {
     return fp8quant::set_error(

@@ -1,5 +1,6 @@
 """Shared pytest setup: tests marked ``@pytest.mark.gpu`` (marker declared in pyproject.toml)
-are skipped unless a CUDA device of compute capability 9.x or 10.x is present."""
+are skipped unless a CUDA device of compute capability 9.0 or 10.0 (the chips the sm_90a and
+sm_100a builds run on) is present."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 import pytest
 import torch
 
-SUPPORTED_CC_MAJORS = (9, 10)
+SUPPORTED_CAPABILITIES = ((9, 0), (10, 0))
 
 
 @functools.cache
@@ -17,8 +18,8 @@ def gpu_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (torch.cuda.is_available() is False)"
     major, minor = torch.cuda.get_device_capability()
-    if major not in SUPPORTED_CC_MAJORS:
-        return f"needs compute capability 9.x or 10.x, this device is {major}.{minor}"
+    if (major, minor) not in SUPPORTED_CAPABILITIES:
+        return f"needs compute capability 9.0 or 10.0, this device is {major}.{minor}"
     return None
 
 

@@ -136,6 +136,18 @@ def test_out_q_must_not_overlap():
         per_token_group_quant(x, out=(q, empty_scale("row", 4, 1)))
 
 
+def test_out_must_not_overlap_x_or_each_other():
+    buf = torch.zeros(4 * 128 * 4, dtype=torch.uint8)
+    x = buf[: 4 * 128 * 2].view(torch.bfloat16).view(4, 128)
+    q_on_x = buf[: 4 * 128].view(torch.float8_e4m3fn).view(4, 128)
+    with pytest.raises(ValueError, match=r"^out\[0\] \(q\) overlaps x"):
+        per_token_group_quant(x, out=(q_on_x, empty_scale("row", 4, 1)))
+    q = buf[4 * 128 * 2 : 4 * 128 * 3].view(torch.float8_e4m3fn).view(4, 128)
+    scale_on_q = buf[4 * 128 * 2 : 4 * 128 * 2 + 16].view(torch.float32).view(4, 1)
+    with pytest.raises(ValueError, match=r"^out\[1\] \(scale\) overlaps out\[0\] \(q\)"):
+        per_token_group_quant(x, out=(q, scale_on_q))
+
+
 def test_ue8m0_default_is_off_for_fp32_layouts():
     x = torch.full((1, 128), 672.0)
     for layout in ("row", "mn", "mn_tma"):
