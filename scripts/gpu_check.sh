@@ -28,10 +28,12 @@ for stage in ${stages[*]}; do
     pytest)
       run pytest python -m pytest tests/python -q -ra --durations=15 ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        run "sanitize-$tool" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
-          compute-sanitizer --tool "$tool" --error-exitcode 1 python tests/tools/sanitize_cases.py
-      done ;;
+      # memcheck over the Python cases (every format, dtype, group size, edge shapes); racecheck,
+      # which does not run PyTorch programs to the end, over the C API test's launch (needs ctest)
+      run sanitize-memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+        compute-sanitizer --tool memcheck --error-exitcode 1 python tests/tools/sanitize_cases.py
+      run sanitize-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+        build/gpu-ctest/tests/cpp/test_c_api ;;
     bench)
       run bench python -m fp8quant bench --json "$logdir/bench.json" --markdown "$logdir/bench.md" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;

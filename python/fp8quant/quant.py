@@ -174,6 +174,16 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
     return q, scale
 
 
+def _flat_buffer(scale: torch.Tensor, spec: ScaleSpec) -> torch.Tensor:
+    """The whole buffer behind a checked scale tensor, flat. Dense layouts take plain views,
+    which torch.compile tracks through mutation; padded layouts (eager only) need as_strided."""
+    if spec.layout == "row":
+        return scale.view(-1)
+    if spec.layout == "mn":
+        return scale.transpose(-1, -2).view(-1)
+    return scale.as_strided((spec.numel,), (1,))
+
+
 def per_token_group_quant(
     x: torch.Tensor,
     group_size: int = 128,
@@ -220,6 +230,6 @@ def per_token_group_quant(
             "input without the padding rows the kernel writes; call the op without out= in compiled code"
         )
     q, scale = _check_out(x, out, spec)
-    buffer = scale.as_strided((spec.numel,), (1,))
+    buffer = _flat_buffer(scale, spec)
     torch.ops.fp8quant.per_token_group_quant_out(x, q, buffer, group_size, scale_layout, ue8m0, float(eps))
     return q, scale

@@ -107,8 +107,8 @@ fp8quant_status_t fp8quant_per_token_group_quant(
                      "m (" + to_string(m) + ") and k / group_size (" + to_string(num_groups) +
                          ") must each be at most " + to_string(kMaxUnits));
   const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
-  const int64_t units = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.rows * shape.cols * kPack
-                                                                    : shape.rows * num_groups;
+  const int64_t slots = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.cols * kPack : num_groups;
+  const int64_t units = shape.rows * slots;
   FP8QUANT_CHECK_ARG(units <= kMaxUnits, "m",
                      "m * k / group_size = " + to_string(m * num_groups) +
                          " groups per batch exceeds the limit of " + to_string(kMaxUnits));
@@ -150,6 +150,7 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.m = static_cast<int32_t>(m);
   problem.num_groups = static_cast<int32_t>(num_groups);
   problem.rows = static_cast<int32_t>(shape.rows);
+  problem.slots = static_cast<int32_t>(slots);
   problem.units = static_cast<int32_t>(units);
   problem.eps = eps;
   problem.dtype = x_dtype;

@@ -20,9 +20,10 @@ constexpr float kFastDivMinScale = 0x1p-90f;
 // range check (Markstein's correction: the remainder x - q*s is exact in an FMA, and q + rem*r
 // rounds to RN(x/s); the compiler's own fast path has the same shape with a less accurate r).
 // The remainder is formed negated, -(q*s - x), so that an exact quotient adds -0 and a zero x
-// keeps its sign. Valid for finite or NaN x when s >= kFastDivMinScale: the remainder then never
-// drops into subnormals for quotients that e4m3 can tell apart (|x/s| >= 2^-11), and smaller
-// quotients round to a zero of x's sign either way. Infinite x needs IEEE division (inf - inf).
+// keeps its sign. Valid for NaN x and finite x with |x/s| < 2^126 when s >= kFastDivMinScale: the
+// remainder then never drops into subnormals for quotients that e4m3 can tell apart
+// (|x/s| >= 2^-11), and smaller quotients round to a zero of x's sign either way. Infinite x
+// needs IEEE division (inf - inf).
 __device__ __forceinline__ float div_rn_with_rcp(float x, float s, float r) {
   const float q = __fmul_rn(x, r);
   const float neg_rem = __fmaf_rn(q, s, -x);

@@ -2,13 +2,16 @@
 // group's scale straight into the GEMM's layout (padding included).
 //
 // Work split: a team of kGroupSize / 16 consecutive threads owns one group, 16 elements per
-// thread (two or four 16-byte loads, one 16-byte store). Teams are numbered so that the scale
-// stores of neighbouring teams are neighbours in memory:
-//   row          team -> (m, g), g fastest            scale[m * G + g]
-//   mn, mn_tma   team -> (g, m), m fastest            scale[g * rows + m]
-//   packed_ue8m0 team -> (p, m, j), j then m fastest  byte j of word scale[p * rows + m],
-//                the four teams of one word sit in one warp and merge their bytes by shuffles.
-// Rows m in [M, rows) are padding: their teams load nothing and store zero scales.
+// thread (two or four 16-byte loads, one 16-byte store). Teams run row-major over (row m, group
+// slot g), g fastest, so a block streams through contiguous memory whatever the scale layout:
+//   row          scale[m * G + g]
+//   mn, mn_tma   scale[g * rows + m]
+//   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; slots run to 4 * ceil(G / 4), and
+//                the four teams of a word sit in one warp and merge their bytes by shuffles.
+// Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
+//
+// Programmatic dependent launch: the kernel lets the next kernel in the stream launch at once
+// and waits for the previous one's results before its first load, so launch latency overlaps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,25 +76,16 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // Locate this team's group
   const int sub = threadIdx.x % kTeam;
   const int32_t unit = blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam;
-  int32_t m, g, col;
-  if constexpr (kLayout == FP8QUANT_SCALE_ROW) {
-    m = unit / p.num_groups;
-    g = unit - m * p.num_groups;
-    col = g;
-  } else if constexpr (kPacked) {
-    const int32_t word = unit / 4;
-    col = word / p.rows;
-    m = word - col * p.rows;
-    g = col * 4 + unit % 4;
-  } else {
-    col = unit / p.rows;
-    m = unit - col * p.rows;
-    g = col;
-  }
+  const int32_t m = unit / p.slots;
+  const int32_t g = unit - m * p.slots;
   const bool in_range = unit < p.units;
   const bool valid = in_range && m < p.m && g < p.num_groups;
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(g) * kGroupSize + sub * kElemsPerThread;
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
 
   // Load
   float v[kElemsPerThread];
@@ -161,17 +155,37 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 
   // Store scales
+  const int32_t col = kPacked ? g / 4 : g;
   const int64_t scale_offset = b * p.scale_batch_stride +
                                (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(m) * p.num_groups + col
                                                               : static_cast<int64_t>(col) * p.rows + m);
   if constexpr (kPacked) {
-    uint32_t word = valid ? e << (8 * (unit % 4)) : 0u;
+    uint32_t word = valid ? e << (8 * (g % 4)) : 0u;
     word |= __shfl_xor_sync(kFullMask, word, kTeam);
     word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
-    if (in_range && sub == 0 && unit % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
+    if (in_range && sub == 0 && g % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
   } else {
     if (in_range && sub == 0) static_cast<float*>(p.scale)[scale_offset] = valid ? s : 0.0f;
   }
+}
+
+// Launch with programmatic stream serialization (the kernel may start while the previous kernel
+// in the stream finishes); where the launch refuses the attribute, launch plainly.
+template <typename Kernel>
+cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const QuantProblem& problem) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
+  cudaGetLastError();  // not sticky: clear it and try without the attribute
+  kernel<<<grid, block, 0, stream>>>(problem);
+  return cudaGetLastError();
 }
 
 // Launch the kernel instantiated for `problem` on `stream`.
@@ -186,10 +200,9 @@ cudaError_t launch_per_token_group_quant(const QuantProblem& problem, cudaStream
               return cudaErrorInvalidValue;  // refused by the C API before it gets here
             } else {
               constexpr int kTeamsPerBlock = Arch::kBlockThreads / (kGroupSize / kElemsPerThread);
+              const auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>;
               const dim3 grid((problem.units + kTeamsPerBlock - 1) / kTeamsPerBlock, problem.batch);
-              per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>
-                  <<<grid, Arch::kBlockThreads, 0, stream>>>(problem);
-              return cudaGetLastError();
+              return launch_with_pdl(kernel, grid, dim3(Arch::kBlockThreads), stream, problem);
             }
           });
         });

@@ -21,7 +21,8 @@ struct QuantProblem {
   int32_t m;
   int32_t num_groups;
   int32_t rows;   // rows of the scale layout: m, or align(m, 4) for the TMA-aligned layouts
-  int32_t units;  // groups one batch launches, padding groups of the scale layout included
+  int32_t slots;  // group slots per row: num_groups, or 4 * ceil(num_groups / 4) when packed
+  int32_t units;  // teams one batch launches: rows * slots
   float eps;
   fp8quant_dtype_t dtype;
   fp8quant_scale_layout_t layout;

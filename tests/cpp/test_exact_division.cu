@@ -1,6 +1,7 @@
 // Checks on the GPU that the kernel's fast division (reciprocal + two FMAs) equals IEEE
-// division, bit for bit, over the whole domain where the kernel uses it: about 4.3e9 random
-// (x, s) pairs with s >= kFastDivMinScale and finite x. Exit code 77 (skip) without a GPU.
+// division, bit for bit, over a domain wider than the kernel's: about 4.3e9 random (x, s) pairs
+// with s >= kFastDivMinScale, finite x and |x/s| < 2^126 (the kernel's quotients are at most
+// 448; near overflow the remainder would be inf - inf). Exit code 77 (skip) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
@@ -42,6 +43,7 @@ __global__ void compare(uint64_t samples, unsigned long long* counts) {
       }
     }
     const float exact = __fdiv_rn(x, s);
+    if (!(fabsf(exact) < 0x1p126f)) continue;  // overflowing quotients: the kernel's are <= 448
     const float fast = fp8quant::math::div_rn_with_rcp(x, s, __frcp_rn(s));
     fp32_bad += (fabsf(exact) >= 0x1p-11f || exact == 0.0f) && __float_as_uint(exact) != __float_as_uint(fast);
     fp8_bad += fp8quant::math::cvt_e4m3x2(exact, 0.0f) != fp8quant::math::cvt_e4m3x2(fast, 0.0f);
@@ -71,5 +73,5 @@ int main() {
   }
   std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0],
               h[1], h[2]);
-  return h[1] == 0 && h[2] == 0 && h[0] == (uint64_t{1} << 32) ? 0 : 1;
+  return h[1] == 0 && h[2] == 0 && h[0] > (uint64_t{3} << 30) ? 0 : 1;
 }
