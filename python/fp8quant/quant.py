@@ -90,27 +90,37 @@ def _(x, group_size, scale_layout, ue8m0, eps):
     return _empty_outputs(x, group_size, scale_layout)
 
 
-# The out= op takes the scale's whole buffer, flat, padding included: when torch.compile
-# functionalizes a mutated argument it clones it, and a clone of the strided [M, G] view would
-# drop the padding rows the kernel writes.
-@torch.library.custom_op("fp8quant::per_token_group_quant_out", mutates_args=("q", "scale_buffer"))
+@torch.library.custom_op("fp8quant::per_token_group_quant_out", mutates_args=("q", "scale"))
 def _per_token_group_quant_out(
     x: torch.Tensor,
     q: torch.Tensor,
-    scale_buffer: torch.Tensor,
+    scale: torch.Tensor,
     group_size: int,
     scale_layout: str,
     ue8m0: bool,
     eps: float,
 ) -> None:
     spec = _spec(x, group_size, scale_layout)
-    scale = scale_buffer.as_strided(spec.shape, spec.stride)
-    _run(x, q, scale, group_size, scale_layout, ue8m0, eps)
+    if _holds_layout(scale, spec):
+        _run(x, q, scale, group_size, scale_layout, ue8m0, eps)
+        return
+    # A copy without the padding rows (torch.compile clones mutated arguments compactly):
+    # quantize into a whole buffer and hand back the visible scales.
+    full = torch.empty(spec.numel, dtype=spec.dtype, device=x.device).as_strided(spec.shape, spec.stride)
+    _run(x, q, full, group_size, scale_layout, ue8m0, eps)
+    scale.copy_(full)
 
 
 @_per_token_group_quant_out.register_fake
-def _(x, q, scale_buffer, group_size, scale_layout, ue8m0, eps):
+def _(x, q, scale, group_size, scale_layout, ue8m0, eps):
     return None
+
+
+def _holds_layout(scale: torch.Tensor, spec: ScaleSpec) -> bool:
+    """Whether ``scale`` has the layout's strides over a storage that holds its padding too."""
+    strides_ok = all(size <= 1 or st == want for size, st, want in zip(spec.shape, scale.stride(), spec.stride))
+    need = (scale.storage_offset() + spec.numel) * scale.element_size()
+    return strides_ok and scale.untyped_storage().nbytes() >= need
 
 
 def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
@@ -174,16 +184,6 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
     return q, scale
 
 
-def _flat_buffer(scale: torch.Tensor, spec: ScaleSpec) -> torch.Tensor:
-    """The whole buffer behind a checked scale tensor, flat. Dense layouts take plain views,
-    which torch.compile tracks through mutation; padded layouts (eager only) need as_strided."""
-    if spec.layout == "row":
-        return scale.view(-1)
-    if spec.layout == "mn":
-        return scale.transpose(-1, -2).view(-1)
-    return scale.as_strided((spec.numel,), (1,))
-
-
 def per_token_group_quant(
     x: torch.Tensor,
     group_size: int = 128,
@@ -230,6 +230,5 @@ def per_token_group_quant(
             "input without the padding rows the kernel writes; call the op without out= in compiled code"
         )
     q, scale = _check_out(x, out, spec)
-    buffer = _flat_buffer(scale, spec)
-    torch.ops.fp8quant.per_token_group_quant_out(x, q, buffer, group_size, scale_layout, ue8m0, float(eps))
+    torch.ops.fp8quant.per_token_group_quant_out(x, q, scale, group_size, scale_layout, ue8m0, float(eps))
     return q, scale
