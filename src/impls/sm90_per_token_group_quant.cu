@@ -3,9 +3,14 @@
 
 namespace fp8quant::sm90 {
 
+// Threads per block; a build-time knob for tuning (-DFP8QUANT_SM90_BLOCK_THREADS=...).
+#ifndef FP8QUANT_SM90_BLOCK_THREADS
+#define FP8QUANT_SM90_BLOCK_THREADS 256
+#endif
+
 struct Arch {
   // 256 threads: 8 warps, 32 groups of 128 in flight per block.
-  static constexpr int kBlockThreads = 256;
+  static constexpr int kBlockThreads = FP8QUANT_SM90_BLOCK_THREADS;
 };
 
 cudaError_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream) {
