@@ -91,9 +91,13 @@ def traffic_bytes(m: int, k: int, dtype: torch.dtype, scale_numel: int) -> int:
     return m * k * (dtype.itemsize + 1) + 4 * scale_numel
 
 
-def rotation_sets(set_bytes: int) -> int:
-    """How many buffer sets of ``set_bytes`` to rotate through: ROTATION_BYTES worth, 2 to MAX_SETS."""
-    return max(2, min(MAX_SETS, math.ceil(ROTATION_BYTES / set_bytes)))
+def rotation_sets(set_bytes: int, rotation_bytes: int = ROTATION_BYTES) -> int:
+    """How many buffer sets of ``set_bytes`` to rotate through: ``rotation_bytes`` worth, 2 to
+    MAX_SETS; a single set when ``rotation_bytes`` is 0 (inputs stay in L2, as right after the
+    layer that wrote them)."""
+    if rotation_bytes == 0:
+        return 1
+    return max(2, min(MAX_SETS, math.ceil(rotation_bytes / set_bytes)))
 
 
 def graph_calls(sets: int, call_us: float) -> int:
@@ -266,13 +270,20 @@ class Workload:
 
     @classmethod
     def allocate(
-        cls, m: int, k: int, dtype: torch.dtype, group_size: int, device: torch.device, copy_gbps: float
+        cls,
+        m: int,
+        k: int,
+        dtype: torch.dtype,
+        group_size: int,
+        device: torch.device,
+        copy_gbps: float,
+        rotation_bytes: int = ROTATION_BYTES,
     ) -> Workload:
         """Enough random inputs and q outputs to rotate through, and a graph of about
         GRAPH_TARGET_US at ``copy_gbps``."""
         largest_scale = max(scale_spec(layout, m, k // group_size).numel for layout, _ in FORMATS)
         set_bytes = traffic_bytes(m, k, dtype, largest_scale)
-        sets = rotation_sets(set_bytes)
+        sets = rotation_sets(set_bytes, rotation_bytes)
         xs = [random_input(m, k, dtype, device) for _ in range(sets)]
         qs = [torch.empty((m, k), dtype=FP8_DTYPE, device=device) for _ in range(sets)]
         return cls(m, k, group_size, xs, qs, graph_calls(sets, estimated_call_us(set_bytes, copy_gbps)))
@@ -330,7 +341,8 @@ def run_gpu(args: argparse.Namespace) -> Report:
         group_size=args.group_size,
         method=(
             "Time per call: a CUDA graph of N calls cycling through rotating buffer sets of at least "
-            f"{ROTATION_BYTES >> 20} MiB in all (at most {MAX_SETS} sets), median of {REPLAYS} replays."
+            f"{args.rotation_mib} MiB in all (at most {MAX_SETS} sets; 0: one set, L2-resident), "
+            f"median of {REPLAYS} replays."
         ),
         copy_gbps=copy_gbps,
     )
@@ -341,7 +353,7 @@ def run_gpu(args: argparse.Namespace) -> Report:
     with_baselines = baseline_shapes(args.baselines, shapes)
     use_compile = True
     for index, (m, k) in enumerate(shapes, 1):
-        work = Workload.allocate(m, k, dtype, args.group_size, device, copy_gbps)
+        work = Workload.allocate(m, k, dtype, args.group_size, device, copy_gbps, args.rotation_mib << 20)
         progress(f"[{index}/{len(shapes)}] M={m} K={k}: {work.sets} buffer sets, {work.calls} calls per graph")
         report.results += [time_format(work, layout, ue8m0) for layout, ue8m0 in FORMATS]
         if (m, k) in with_baselines:
@@ -407,12 +419,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="shapes to time the PyTorch eager and torch.compile baselines at: every shape, "
         f"M in {M_BASELINE} at K={K_MAIN} (default), or none",
     )
+    parser.add_argument(
+        "--rotation-mib",
+        type=int,
+        default=ROTATION_BYTES >> 20,
+        metavar="N",
+        help=f"rotate through at least N MiB of buffers (default {ROTATION_BYTES >> 20}: L2 cannot help); "
+        "0 times one buffer set, which stays in L2",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark the parsed ``args`` describe, print its table and write its files."""
+    if args.rotation_mib < 0:
+        raise SystemExit(f"--rotation-mib must be >= 0, got {args.rotation_mib}")
     report = run_gpu(args) if torch.cuda.is_available() else run_cpu(args)
     print(report.table(), flush=True)
     if args.json:
