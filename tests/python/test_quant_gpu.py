@@ -839,8 +839,8 @@ def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
 
 @pytest.mark.parametrize(
     "layout,ue8m0,m",
-    [("mn_tma", False, 256), ("mn_tma", True, 256), ("mn", False, 256), ("mn_tma", False, 250)],
-    ids=["mn_tma-m256", "mn_tma-ue8m0-m256", "mn-m256", "mn_tma-m250"],
+    [("mn_tma", False, 256), ("mn_tma", True, 256), ("mn", False, 256), ("mn", False, 250), ("mn_tma", False, 250)],
+    ids=["mn_tma-m256", "mn_tma-ue8m0-m256", "mn-m256", "mn-m250", "mn_tma-m250"],
 )
 def test_scaled_mm_consumer(layout, ue8m0, m, gen):
     n, k = 512, 1024
