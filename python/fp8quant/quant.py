@@ -116,11 +116,19 @@ def _(x, q, scale, group_size, scale_layout, ue8m0, eps):
     return None
 
 
+def _strides_match(scale: torch.Tensor, spec: ScaleSpec) -> bool:
+    """Whether ``scale`` has the layout's strides (those of size-1 dimensions do not matter)."""
+    return all(size <= 1 or st == want for size, st, want in zip(spec.shape, scale.stride(), spec.stride))
+
+
+def _storage_bytes_needed(scale: torch.Tensor, spec: ScaleSpec) -> int:
+    """Bytes of storage the layout's whole buffer, padding included, needs from scale's start."""
+    return (scale.storage_offset() + spec.numel) * scale.element_size()
+
+
 def _holds_layout(scale: torch.Tensor, spec: ScaleSpec) -> bool:
     """Whether ``scale`` has the layout's strides over a storage that holds its padding too."""
-    strides_ok = all(size <= 1 or st == want for size, st, want in zip(spec.shape, scale.stride(), spec.stride))
-    need = (scale.storage_offset() + spec.numel) * scale.element_size()
-    return strides_ok and scale.untyped_storage().nbytes() >= need
+    return _strides_match(scale, spec) and scale.untyped_storage().nbytes() >= _storage_bytes_needed(scale, spec)
 
 
 def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
@@ -166,14 +174,14 @@ def _check_out(x: torch.Tensor, out, spec: ScaleSpec) -> tuple[torch.Tensor, tor
         raise TypeError(f"out[1] (scale) must be {spec.dtype} for scale_layout={spec.layout!r}, got {scale.dtype}")
     if tuple(scale.shape) != spec.shape:
         raise ValueError(f"out[1] (scale) must have shape {spec.shape} for scale_layout={spec.layout!r}, got {tuple(scale.shape)}")
-    if any(size > 1 and st != want for size, st, want in zip(spec.shape, scale.stride(), spec.stride)):
+    if not _strides_match(scale, spec):
         raise ValueError(
             f"out[1] (scale) must have strides {spec.stride} for scale_layout={spec.layout!r}, "
             f"got {tuple(scale.stride())}"
         )
     if torch.compiler.is_compiling():
         return q, scale  # storage sizes are not traceable; as_strided on the buffer checks them
-    need = (scale.storage_offset() + spec.numel) * scale.element_size()
+    need = _storage_bytes_needed(scale, spec)
     have = scale.untyped_storage().nbytes()
     if spec.numel > 0 and have < need:
         raise ValueError(
