@@ -1,6 +1,6 @@
 /**
  * @file fp8quant.h
- * @brief Umbrella header of the fp8quant C API.
+ * @brief Umbrella header of the fp8quant C API (C++ users may include fp8quant.hpp instead).
  */
 #ifndef FP8QUANT_FP8QUANT_H_
 #define FP8QUANT_FP8QUANT_H_

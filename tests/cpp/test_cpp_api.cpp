@@ -1,0 +1,46 @@
+// The C++ layer (fp8quant.hpp): failures become fp8quant::Error with the status and the message
+// naming the argument; no GPU needed.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "fp8quant/fp8quant.hpp"
+
+namespace {
+
+int failures = 0;
+
+void expect(bool cond, const char* what) {
+  if (!cond) {
+    std::fprintf(stderr, "failed: %s\n", what);
+    ++failures;
+  }
+}
+
+}  // namespace
+
+int main() {
+  const fp8quant_scale_shape_t s = fp8quant::scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, 1, 5, 7);
+  expect(s.rows == 8 && s.cols == 2 && s.numel == 16, "scale_shape of packed_ue8m0 [5, 7 groups]");
+
+  alignas(16) unsigned char buf[64] = {};
+  try {
+    fp8quant::per_token_group_quant(buf, FP8QUANT_DTYPE_BFLOAT16, 4, 256, buf, buf, FP8QUANT_SCALE_ROW, 96);
+    expect(false, "group_size 96 throws");
+  } catch (const fp8quant::Error& e) {
+    expect(e.status() == FP8QUANT_ERROR_INVALID_ARGUMENT, "status is INVALID_ARGUMENT");
+    expect(std::string(e.what()) == "FP8QUANT_ERROR_INVALID_ARGUMENT: group_size: must be 32, 64 or 128, got 96",
+           "message names the status and the argument");
+  }
+  try {
+    fp8quant::scale_shape(FP8QUANT_SCALE_ROW, 1, -1, 1);
+    expect(false, "negative m throws");
+  } catch (const fp8quant::Error& e) {
+    expect(std::strstr(e.what(), "m: must be >= 0") != nullptr, "scale_shape message names m");
+  }
+  fp8quant::per_token_group_quant(nullptr, FP8QUANT_DTYPE_FLOAT32, 0, 128, nullptr, nullptr, FP8QUANT_SCALE_MN);
+
+  if (failures) return 1;
+  std::printf("all C++ layer checks passed\n");
+  return 0;
+}
