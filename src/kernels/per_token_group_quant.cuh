@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   constexpr int kTeamsPerBlock = Arch::kBlockThreads / kTeam;
   constexpr bool kPacked = kLayout == FP8QUANT_SCALE_PACKED_UE8M0;
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
+  static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
 
   // Locate this team's group
