@@ -12,7 +12,8 @@ Timing method on a GPU, per shape:
 GB/s counts x read, q written and the whole scale buffer written (padding included); "% copy"
 compares it with the device-to-device bandwidth of ``dst.copy_(src)`` on 1 GiB (read + write).
 The baselines, a plain fp32 PyTorch implementation and its ``torch.compile``, are timed the same
-way. Without a CUDA GPU the PyTorch reference is timed on the CPU instead, by wall clock.
+way, beside PyTorch's elementwise cast of x to float8 (the same bytes as q, no scales: what a
+plain memory-bound kernel of the shape's traffic reaches). Without a CUDA GPU the PyTorch reference is timed on the CPU instead, by wall clock.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def format_name(layout: str, ue8m0: bool) -> str:
     return f"{layout}+ue8m0" if ue8m0 and layout != "packed_ue8m0" else layout
 
 
-def bench_shapes(quick: bool) -> list[tuple[int, int]]:
-    """The ``(M, K)`` shapes to time, K_MAIN first."""
+def bench_shapes(quick: bool, ms: list[int] | None = None, k: int = K_MAIN) -> list[tuple[int, int]]:
+    """The ``(M, K)`` shapes to time, K_MAIN first; ``ms`` picks M values at ``k`` instead."""
+    if ms:
+        return [(m, k) for m in ms]
     if quick:
         return [(m, K_MAIN) for m in M_QUICK] + [(M_QUICK_OTHER, k) for k in K_OTHER]
     return [(m, K_MAIN) for m in M_MAIN] + [(m, k) for k in K_OTHER for m in M_OTHER]
@@ -84,6 +87,25 @@ def baseline_shapes(which: str, shapes: list[tuple[int, int]]) -> set[tuple[int,
     if which == "none":
         return set()
     return {(m, K_MAIN) for m in M_BASELINE} & set(shapes)
+
+
+def format_names() -> list[str]:
+    """Every scale format's bench name, in SCALE_FORMATS order."""
+    return [format_name(layout, ue8m0) for layout, ue8m0 in FORMATS]
+
+
+def parse_list(text: str, option: str, convert: Callable[[str], object], allowed=None) -> list:
+    """A comma-separated option value, each item converted (and checked against ``allowed``)."""
+    items = []
+    for item in text.split(","):
+        try:
+            value = convert(item.strip())
+        except ValueError:
+            raise SystemExit(f"{option}: cannot read {item.strip()!r}") from None
+        if allowed is not None and value not in allowed:
+            raise SystemExit(f"{option}: {value!r} is not one of {', '.join(map(str, allowed))}")
+        items.append(value)
+    return items
 
 
 def traffic_bytes(m: int, k: int, dtype: torch.dtype, scale_numel: int) -> int:
@@ -312,6 +334,12 @@ def time_format(work: Workload, layout: str, ue8m0: bool) -> Result:
     return work.result(format_name(layout, ue8m0), call, scale_spec(layout, work.m, num_groups).numel)
 
 
+def time_cast(work: Workload) -> Result:
+    """PyTorch's elementwise cast of x to float8: the same bytes as q, no scales. Not a quantizer:
+    what a plain memory-bound kernel of this shape's traffic achieves."""
+    return work.result("torch cast", lambda i: work.qs[i].copy_(work.xs[i]), 0)
+
+
 def time_baseline(work: Workload, name: str, quant: Callable) -> Result:
     """A PyTorch baseline, which allocates its outputs (fp32 column-major scales)."""
     return work.result(name, lambda i: quant(work.xs[i], work.group_size), work.m * (work.k // work.group_size))
@@ -349,14 +377,16 @@ def run_gpu(args: argparse.Namespace) -> Report:
     print(f"fp8quant {__version__} bench on {report.device} (torch {torch.__version__}, CUDA {torch.version.cuda})")
     print(f"{args.dtype} input, group size {args.group_size}; copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
 
-    shapes = bench_shapes(args.quick)
+    shapes = bench_shapes(args.quick, args.m, args.k)
     with_baselines = baseline_shapes(args.baselines, shapes)
+    formats = [(layout, ue8m0) for layout, ue8m0 in FORMATS if format_name(layout, ue8m0) in args.formats]
     use_compile = True
     for index, (m, k) in enumerate(shapes, 1):
         work = Workload.allocate(m, k, dtype, args.group_size, device, copy_gbps, args.rotation_mib << 20)
         progress(f"[{index}/{len(shapes)}] M={m} K={k}: {work.sets} buffer sets, {work.calls} calls per graph")
-        report.results += [time_format(work, layout, ue8m0) for layout, ue8m0 in FORMATS]
+        report.results += [time_format(work, layout, ue8m0) for layout, ue8m0 in formats]
         if (m, k) in with_baselines:
+            report.results.append(time_cast(work))
             report.results.append(time_baseline(work, "torch eager", torch_quant))
             compiled = compile_baseline(work) if use_compile else None
             use_compile = compiled is not None
@@ -408,6 +438,16 @@ def run_cpu(args: argparse.Namespace) -> Report:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` subcommand's options."""
     parser.add_argument("--quick", action="store_true", help="time fewer shapes (GPU only)")
+    parser.add_argument(
+        "--m", metavar="M[,M...]", help="time these M at K = --k instead of the default shapes (GPU only)"
+    )
+    parser.add_argument("--k", type=int, default=K_MAIN, help=f"K for --m (default {K_MAIN})")
+    parser.add_argument(
+        "--formats",
+        metavar="NAME[,NAME...]",
+        default=",".join(format_names()),
+        help="scale formats to time (default: all of " + ", ".join(format_names()) + ")",
+    )
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="input dtype (default: bf16)")
     parser.add_argument(
         "--group-size", type=int, choices=GROUP_SIZES, default=128, help="elements per group (default: 128)"
@@ -435,6 +475,13 @@ def main(args: argparse.Namespace) -> int:
     """Run the benchmark the parsed ``args`` describe, print its table and write its files."""
     if args.rotation_mib < 0:
         raise SystemExit(f"--rotation-mib must be >= 0, got {args.rotation_mib}")
+    args.formats = parse_list(args.formats, "--formats", str, format_names())
+    if args.m is not None:
+        args.m = parse_list(args.m, "--m", int)
+        if min(args.m) < 1:
+            raise SystemExit(f"--m: M must be >= 1, got {min(args.m)}")
+    if args.k < 1 or args.k % args.group_size:
+        raise SystemExit(f"--k must be a positive multiple of --group-size ({args.group_size}), got {args.k}")
     report = run_gpu(args) if torch.cuda.is_available() else run_cpu(args)
     print(report.table(), flush=True)
     if args.json:

@@ -108,7 +108,7 @@ fp8quant_status_t fp8quant_per_token_group_quant(
                          ") must each be at most " + to_string(kMaxUnits));
   const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
   const int64_t slots = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.cols * kPack : num_groups;
-  const int64_t units = shape.rows * slots;
+  const int64_t units = fp8quant::team_units(scale_layout, shape.rows, slots);
   FP8QUANT_CHECK_ARG(units <= kMaxUnits, "m",
                      "m * k / group_size = " + to_string(m * num_groups) +
                          " groups per batch exceeds the limit of " + to_string(kMaxUnits));

@@ -30,6 +30,13 @@ __device__ __forceinline__ float div_rn_with_rcp(float x, float s, float r) {
   return __fmaf_rn(-neg_rem, r, q);
 }
 
+// RN(amax / 448) for a finite amax >= 0: the fast division by the constant's reciprocal, exact
+// for amax >= kFastDivMinScale (tests/cpp/test_exact_division.cu checks every such float32).
+constexpr float kFp8MaxRcp = 1.0f / kFp8Max;
+__device__ __forceinline__ float scale_from_amax(float amax) {
+  return amax >= kFastDivMinScale ? div_rn_with_rcp(amax, kFp8Max, kFp8MaxRcp) : __fdiv_rn(amax, kFp8Max);
+}
+
 // UE8M0 exponent of a positive finite scale: round up to a power of two on the bit pattern
 // (never through log2/exp2), clamped to [1, 254].
 __device__ __forceinline__ uint32_t ue8m0_exponent(float s) {
@@ -65,6 +72,51 @@ __device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
   __half2 h;
   memcpy(&h, &w, sizeof(w));
   return __half22float2(h);
+}
+
+// Max of |a| over the two 16-bit elements of each word, as float; NaN elements are dropped (an
+// all-NaN input gives 0). Exact: abs and max of bf16/fp16 values are bf16/fp16 values.
+template <int kWords>
+__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], __nv_bfloat16) {
+  __nv_bfloat162 m[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const uint32_t a = w[i] & 0x7FFF7FFFu;
+    memcpy(&m[i], &a, sizeof(a));
+  }
+#pragma unroll
+  for (int stride = 1; stride < kWords; stride *= 2) {
+#pragma unroll
+    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = __hmax2(m[i], m[i + stride]);
+  }
+  return fmaxf(0.0f, fmaxf(__low2float(m[0]), __high2float(m[0])));
+}
+template <int kWords>
+__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], __half) {
+  __half2 m[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    const uint32_t a = w[i] & 0x7FFF7FFFu;
+    memcpy(&m[i], &a, sizeof(a));
+  }
+#pragma unroll
+  for (int stride = 1; stride < kWords; stride *= 2) {
+#pragma unroll
+    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = __hmax2(m[i], m[i + stride]);
+  }
+  return fmaxf(0.0f, fmaxf(__low2float(m[0]), __high2float(m[0])));
+}
+template <int kWords>
+__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], float) {
+  float m[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) m[i] = fabsf(__uint_as_float(w[i]));
+#pragma unroll
+  for (int stride = 1; stride < kWords; stride *= 2) {
+#pragma unroll
+    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = fmaxf(m[i], m[i + stride]);
+  }
+  return fmaxf(0.0f, m[0]);
 }
 
 }  // namespace fp8quant::math

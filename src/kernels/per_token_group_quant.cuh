@@ -2,12 +2,13 @@
 // group's scale straight into the GEMM's layout (padding included).
 //
 // Work split: a team of kGroupSize / 16 consecutive threads owns one group, 16 elements per
-// thread (two or four 16-byte loads, one 16-byte store). Teams run row-major over (row m, group
-// slot g), g fastest, so a block streams through contiguous memory whatever the scale layout:
-//   row          scale[m * G + g]
-//   mn, mn_tma   scale[g * rows + m]
-//   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; slots run to 4 * ceil(G / 4), and
-//                the four teams of a word sit in one warp and merge their bytes by shuffles.
+// thread (two or four 16-byte loads, one 16-byte store). Teams walk the (row m, group slot g)
+// grid so that each warp stores its scales together and each block reads contiguous runs of x:
+//   row          scale[m * G + g]                 row by row, g fastest
+//   mn, mn_tma   scale[g * rows + m]              tiles of four rows, m fastest, then g
+//   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; row by row, slots run to
+//                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
+//                bytes by shuffles.
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 //
 // Programmatic dependent launch: the kernel lets the next kernel in the stream launch at once
@@ -27,29 +28,68 @@ namespace fp8quant::kernels {
 constexpr int kElemsPerThread = 16;
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
-// Load 16 consecutive elements as floats.
+// One thread's 16 elements as loaded: 32-bit words, low element first.
+template <typename T>
+struct Slice {
+  static constexpr int kWords = kElemsPerThread * sizeof(T) / sizeof(uint32_t);
+  uint32_t w[kWords];
+};
+
+// Where a team's group lies, and whether it is a real group or padding.
+struct GroupPos {
+  int32_t m;      // row of the scale layout (rows >= M are padding)
+  int32_t g;      // group slot in the row (slots >= G are padding)
+  bool in_range;  // a slot of the scale layout: m < rows (the last block may have spare teams)
+  bool valid;     // a real group: m < M and g < G
+};
+
+template <int kRowTile>
+__device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) {
+  GroupPos pos;
+  const int32_t tile = unit / (kRowTile * p.slots);
+  const int32_t within = unit - tile * (kRowTile * p.slots);
+  pos.m = tile * kRowTile + within % kRowTile;
+  pos.g = within / kRowTile;
+  pos.in_range = pos.m < p.rows;
+  pos.valid = pos.m < p.m && pos.g < p.num_groups;
+  return pos;
+}
+
+// Load 16 consecutive elements: 16-byte loads when aligned, else element by element.
 template <typename T, bool kAligned>
-__device__ __forceinline__ void load_elems(const T* src, float (&v)[kElemsPerThread]) {
+__device__ __forceinline__ void load_slice(const T* src, Slice<T>& s) {
   if constexpr (kAligned) {
-    constexpr int kVecs = kElemsPerThread * sizeof(T) / sizeof(uint4);
-    uint4 raw[kVecs];
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(raw);
-#pragma unroll
-    for (int i = 0; i < kElemsPerThread / 2; ++i) {
-      float2 f;
-      if constexpr (sizeof(T) == 4) {
-        f = make_float2(__uint_as_float(w[2 * i]), __uint_as_float(w[2 * i + 1]));
-      } else {
-        f = math::unpack2(w[i], T{});
-      }
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
+    for (int i = 0; i < Slice<T>::kWords / 4; ++i) {
+      const uint4 r = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      s.w[4 * i] = r.x;
+      s.w[4 * i + 1] = r.y;
+      s.w[4 * i + 2] = r.z;
+      s.w[4 * i + 3] = r.w;
     }
+  } else if constexpr (sizeof(T) == 2) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = h[2 * i] | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
   } else {
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) v[i] = math::to_float(src[i]);
+    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = reinterpret_cast<const uint32_t*>(src)[i];
+  }
+}
+
+// Widen a slice to floats.
+template <typename T>
+__device__ __forceinline__ void unpack_slice(const Slice<T>& s, float (&v)[kElemsPerThread]) {
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread / 2; ++i) {
+    float2 f;
+    if constexpr (sizeof(T) == 4) {
+      f = make_float2(__uint_as_float(s.w[2 * i]), __uint_as_float(s.w[2 * i + 1]));
+    } else {
+      f = math::unpack2(s.w[i], T{});
+    }
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
   }
 }
 
@@ -63,8 +103,7 @@ __device__ __forceinline__ float team_max(float v) {
   return v;
 }
 
-template <class Arch, typename T, int kGroupSize, fp8quant_scale_layout_t kLayout, bool kUE8M0,
-          bool kAligned>
+template <class Arch, typename T, int kGroupSize, fp8quant_scale_layout_t kLayout, bool kUE8M0, bool kAligned>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
@@ -76,33 +115,28 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Locate this team's group
   const int sub = threadIdx.x % kTeam;
-  const int32_t unit = blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam;
-  const int32_t m = unit / p.slots;
-  const int32_t g = unit - m * p.slots;
-  const bool in_range = unit < p.units;
-  const bool valid = in_range && m < p.m && g < p.num_groups;
+  const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
-  const int64_t k_offset = static_cast<int64_t>(g) * kGroupSize + sub * kElemsPerThread;
+  const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
   // Load
-  float v[kElemsPerThread];
-  if (valid) {
-    const T* x = static_cast<const T*>(p.x) + b * p.x_batch_stride + m * p.x_row_stride + k_offset;
-    load_elems<T, kAligned>(x, v);
+  Slice<T> slice;
+  if (pos.valid) {
+    load_slice<T, kAligned>(static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset,
+                            slice);
   } else {
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) v[i] = 0.0f;
+    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
   }
 
-  // Reduce amax: fmaxf drops NaN; a group holding ±inf (rare) is reduced again without them
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kElemsPerThread; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  amax = team_max<kTeam>(amax);
+  // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
+  float amax = team_max<kTeam>(math::abs_max(slice.w, T{}));
+  float v[kElemsPerThread];
+  unpack_slice(slice, v);
   const bool has_inf = amax == INFINITY;
   if (__any_sync(kFullMask, has_inf)) {
     float finite_amax = 0.0f;
@@ -116,7 +150,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   amax = fmaxf(amax, p.eps);
 
   // Scale
-  float s = __fdiv_rn(amax, math::kFp8Max);
+  float s = math::scale_from_amax(amax);
   uint32_t e = 0;
   if constexpr (kUE8M0) {
     e = math::ue8m0_exponent(s);
@@ -145,8 +179,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 
   // Store q
-  if (valid) {
-    uint8_t* q = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + m * p.q_row_stride + k_offset;
+  if (pos.valid) {
+    uint8_t* q = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
     if constexpr (kAligned) {
       *reinterpret_cast<uint4*>(q) = make_uint4(out[0], out[1], out[2], out[3]);
     } else {
@@ -156,17 +190,17 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 
   // Store scales
-  const int32_t col = kPacked ? g / 4 : g;
-  const int64_t scale_offset = b * p.scale_batch_stride +
-                               (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(m) * p.num_groups + col
-                                                              : static_cast<int64_t>(col) * p.rows + m);
+  const int32_t col = kPacked ? pos.g / 4 : pos.g;
+  const int64_t scale_offset =
+      b * p.scale_batch_stride + (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(pos.m) * p.num_groups + col
+                                                                : static_cast<int64_t>(col) * p.rows + pos.m);
   if constexpr (kPacked) {
-    uint32_t word = valid ? e << (8 * (g % 4)) : 0u;
+    uint32_t word = pos.valid ? e << (8 * (pos.g % 4)) : 0u;
     word |= __shfl_xor_sync(kFullMask, word, kTeam);
     word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
-    if (in_range && sub == 0 && g % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
+    if (pos.in_range && sub == 0 && pos.g % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
   } else {
-    if (in_range && sub == 0) static_cast<float*>(p.scale)[scale_offset] = valid ? s : 0.0f;
+    if (pos.in_range && sub == 0) static_cast<float*>(p.scale)[scale_offset] = pos.valid ? s : 0.0f;
   }
 }
 

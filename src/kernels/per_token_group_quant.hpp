@@ -22,7 +22,7 @@ struct QuantProblem {
   int32_t num_groups;
   int32_t rows;   // rows of the scale layout: m, or align(m, 4) for the TMA-aligned layouts
   int32_t slots;  // group slots per row: num_groups, or 4 * ceil(num_groups / 4) when packed
-  int32_t units;  // teams one batch launches: rows * slots
+  int32_t units;  // teams one batch launches: team_units(layout, rows, slots)
   float eps;
   fp8quant_dtype_t dtype;
   fp8quant_scale_layout_t layout;
@@ -30,6 +30,17 @@ struct QuantProblem {
   bool ue8m0;
   bool aligned;  // x and q pointers and strides allow 16-byte accesses
 };
+
+// Rows of scales one warp's teams share: the mn layouts order teams in tiles of four rows, m
+// fastest, so that a warp stores four consecutive scales of a column; row and packed go row by row.
+constexpr int32_t row_tile(fp8quant_scale_layout_t layout) {
+  return layout == FP8QUANT_SCALE_MN || layout == FP8QUANT_SCALE_MN_TMA ? 4 : 1;
+}
+
+// Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles.
+constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64_t slots) {
+  return (rows + row_tile(layout) - 1) / row_tile(layout) * row_tile(layout) * slots;
+}
 
 namespace sm90 {
 cudaError_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // Checks on the GPU that the kernel's fast division (reciprocal + two FMAs) equals IEEE
 // division, bit for bit, over a domain wider than the kernel's: about 4.3e9 random (x, s) pairs
 // with s >= kFastDivMinScale, finite x and |x/s| < 2^126 (the kernel's quotients are at most
-// 448; near overflow the remainder would be inf - inf). Exit code 77 (skip) without a GPU.
+// 448; near overflow the remainder would be inf - inf). Then every finite float32 amax >= 0
+// through scale_from_amax, against IEEE amax / 448. Exit code 77 (skip) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
@@ -54,6 +55,21 @@ __global__ void compare(uint64_t samples, unsigned long long* counts) {
   atomicAdd(&counts[2], fp8_bad);
 }
 
+// Counts: [0] amax values, [1] scale mismatches.
+__global__ void compare_scales(unsigned long long* counts) {
+  constexpr uint32_t kLast = 0x7F7FFFFFu;  // FLT_MAX
+  unsigned long long bad = 0, n = 0;
+  for (uint64_t bits = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; bits <= kLast;
+       bits += uint64_t(gridDim.x) * blockDim.x) {
+    const float amax = __uint_as_float(uint32_t(bits));
+    bad += __float_as_uint(fp8quant::math::scale_from_amax(amax)) !=
+           __float_as_uint(__fdiv_rn(amax, fp8quant::math::kFp8Max));
+    ++n;
+  }
+  atomicAdd(&counts[0], n);
+  atomicAdd(&counts[1], bad);
+}
+
 }  // namespace
 
 int main() {
@@ -73,5 +89,16 @@ int main() {
   }
   std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0],
               h[1], h[2]);
-  return h[1] == 0 && h[2] == 0 && h[0] > (uint64_t{3} << 30) ? 0 : 1;
+  const bool divisions_ok = h[1] == 0 && h[2] == 0 && h[0] > (uint64_t{3} << 30);
+
+  cudaMemset(counts, 0, 2 * sizeof(*counts));
+  compare_scales<<<132 * 16, 256>>>(counts);
+  if (cudaMemcpy(h, counts, 2 * sizeof(*counts), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  std::printf("%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448\n", h[0],
+              h[1]);
+  const bool scales_ok = h[1] == 0 && h[0] == 0x7F800000ull;
+  return divisions_ok && scales_ok ? 0 : 1;
 }

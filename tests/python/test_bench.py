@@ -2,6 +2,7 @@
 
 import pytest
 
+from fp8quant import bench
 from fp8quant.__main__ import build_parser
 
 
@@ -15,3 +16,29 @@ def test_unknown_dtype_is_refused(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "--dtype", "int8"])
     assert "--dtype" in capsys.readouterr().err
+
+
+def test_unknown_format_is_refused():
+    args = build_parser().parse_args(["bench", "--formats", "row,col"])
+    with pytest.raises(SystemExit, match=r"^--formats: 'col' is not one of row, row\+ue8m0, mn, "):
+        args.run(args)
+
+
+def test_bad_m_is_refused():
+    args = build_parser().parse_args(["bench", "--m", "128,x"])
+    with pytest.raises(SystemExit, match=r"^--m: cannot read 'x'$"):
+        args.run(args)
+    args = build_parser().parse_args(["bench", "--m", "0"])
+    with pytest.raises(SystemExit, match=r"^--m: M must be >= 1, got 0$"):
+        args.run(args)
+
+
+def test_k_must_hold_whole_groups():
+    args = build_parser().parse_args(["bench", "--m", "4", "--k", "100"])
+    with pytest.raises(SystemExit, match=r"^--k must be a positive multiple of --group-size \(128\), got 100$"):
+        args.run(args)
+
+
+def test_m_picks_the_shapes():
+    assert bench.bench_shapes(False, [1, 4096], 2048) == [(1, 2048), (4096, 2048)]
+    assert bench.bench_shapes(True)[0] == (1, bench.K_MAIN)
