@@ -57,6 +57,24 @@ FP8QUANT_API const char* fp8quant_status_string(fp8quant_status_t status);
  */
 FP8QUANT_API const char* fp8quant_last_error(void);
 
+/**
+ * @brief Version of the CUDA toolkit the library was built with, as `CUDART_VERSION`
+ * (`major * 1000 + minor * 10`: 13000 for CUDA 13.0). Its major version sets the oldest
+ * NVIDIA driver the library runs on.
+ */
+FP8QUANT_API int fp8quant_cuda_version(void);
+
+/**
+ * @brief Whether the calling thread's current CUDA device can run fp8quant's kernels.
+ *
+ * @param[out] major, minor  The device's compute capability, where not null (left untouched
+ *                           when there is no device).
+ * @return ::FP8QUANT_SUCCESS for compute capability 9.0 (sm_90a) or 10.0 (sm_100a),
+ *         ::FP8QUANT_ERROR_UNSUPPORTED_DEVICE for any other, ::FP8QUANT_ERROR_NO_DEVICE without
+ *         a device or driver, ::FP8QUANT_ERROR_CUDA if the query fails.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_check_device(int* major, int* minor);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -114,6 +114,8 @@ NB_MODULE(_C, mod) {
   mod.attr("SCALE_PACKED_UE8M0") = static_cast<int>(FP8QUANT_SCALE_PACKED_UE8M0);
 
   mod.def("version", &fp8quant_version);
+  mod.def("cuda_version", &fp8quant_cuda_version,
+          "CUDA toolkit version the library was built with, as CUDART_VERSION (13000 for 13.0)");
   mod.def("scale_shape", &scale_shape, nb::arg("layout"), nb::arg("batch"), nb::arg("m"),
           nb::arg("num_groups"));
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),

@@ -4,9 +4,12 @@ block-scaled FP8 GEMMs (DeepGEMM, CUTLASS, cuBLASLt via torch._scaled_mm, Triton
     q, scale = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")
 
 CUDA tensors run the kernels (sm_90a or sm_100a); CPU tensors run :mod:`fp8quant.reference`.
+C++ programs link the same library: ``cmake_dir()`` (``python -m fp8quant --cmake-dir``) is the
+folder ``find_package(fp8quant CONFIG)`` needs.
 """
 
 from . import reference
+from ._install import cmake_dir, cuda_version, include_dir, library_path
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
 
@@ -16,7 +19,11 @@ __all__ = [
     "SCALE_FORMATS",
     "SCALE_LAYOUTS",
     "ScaleSpec",
+    "cmake_dir",
+    "cuda_version",
     "empty_scale",
+    "include_dir",
+    "library_path",
     "per_token_group_quant",
     "reference",
     "scale_spec",

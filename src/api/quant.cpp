@@ -160,22 +160,13 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
 
   // Dispatch on the architecture
-  int major = 0, minor = 0;
-  if (const fp8quant_status_t st = fp8quant::current_device_arch(&major, &minor); st != FP8QUANT_SUCCESS) {
-    return st;
-  }
-  cudaError_t err;
-  // sm_90a and sm_100a code runs on exactly compute capability 9.0 and 10.0
-  const int arch = minor == 0 ? major : 0;
+  int arch = 0;
+  if (const fp8quant_status_t st = fp8quant::current_kernel_arch(&arch); st != FP8QUANT_SUCCESS) return st;
+  cudaError_t err = cudaErrorInvalidValue;
   if (arch == 9) {
     err = fp8quant::sm90::per_token_group_quant(problem, stream);
   } else if (arch == 10) {
     err = fp8quant::sm100::per_token_group_quant(problem, stream);
-  } else {
-    return fp8quant::set_error(
-        FP8QUANT_ERROR_UNSUPPORTED_DEVICE,
-        "fp8quant runs on sm_90a (Hopper, compute capability 9.0) and sm_100a (Blackwell, 10.0); "
-        "the current device has compute capability " + to_string(major) + "." + to_string(minor));
   }
   if (err != cudaSuccess) {
     return fp8quant::set_error(FP8QUANT_ERROR_CUDA,

@@ -8,4 +8,8 @@ namespace fp8quant {
 // Compute capability of the current CUDA device; NO_DEVICE when there is none (or no driver).
 fp8quant_status_t current_device_arch(int* major, int* minor);
 
+// The architecture whose kernels run on the current device: 9 (sm_90a) or 10 (sm_100a);
+// UNSUPPORTED_DEVICE, with a message naming both, for any other compute capability.
+fp8quant_status_t current_kernel_arch(int* arch);
+
 }  // namespace fp8quant

@@ -59,6 +59,7 @@ void test_statuses() {
   EXPECT(std::strcmp(fp8quant_status_string(FP8QUANT_SUCCESS), "FP8QUANT_SUCCESS") == 0);
   EXPECT(std::strcmp(fp8quant_status_string(FP8QUANT_ERROR_NO_DEVICE), "FP8QUANT_ERROR_NO_DEVICE") == 0);
   EXPECT(std::strcmp(fp8quant_status_string(static_cast<fp8quant_status_t>(99)), "FP8QUANT_UNKNOWN_STATUS") == 0);
+  EXPECT(fp8quant_cuda_version() >= 12080 && fp8quant_cuda_version() % 10 == 0);
 }
 
 void test_scale_shape() {
@@ -130,8 +131,15 @@ bool test_launch() {
     Call c;  // well-formed: the library must report the missing device, not crash
     EXPECT(c.run() == FP8QUANT_ERROR_NO_DEVICE);
     EXPECT(std::strlen(fp8quant_last_error()) > 0);
+    int major = -1;
+    EXPECT(fp8quant_check_device(&major, nullptr) == FP8QUANT_ERROR_NO_DEVICE && major == -1);
+    EXPECT(std::strncmp(fp8quant_last_error(), "no CUDA device", 14) == 0);
     return false;
   }
+  int major = -1, minor = -1;
+  const fp8quant_status_t device = fp8quant_check_device(&major, &minor);
+  EXPECT(major >= 0 && minor >= 0);
+  EXPECT(device == ((major == 9 || major == 10) && minor == 0 ? FP8QUANT_SUCCESS : FP8QUANT_ERROR_UNSUPPORTED_DEVICE));
   const int64_t m = 2, k = 128;
   std::vector<uint16_t> x(m * k, bf16(1.0f));
   x[5] = bf16(448.0f);

