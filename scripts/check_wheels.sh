@@ -15,7 +15,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 out=$repo/build/wheels
 
-if [ ! -x .venv/bin/python ]; then . scripts/setup.sh; else . .venv/bin/activate; fi
+venv=${FP8QUANT_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then . scripts/setup.sh; else . "$venv/bin/activate"; fi
 
 python312() {  # a Python 3.12 interpreter: PYTHON312, pyenv's, or python3.12 on PATH
   local candidate
@@ -48,7 +49,8 @@ python tests/tools/inspect_wheel.py "$out"/wheelhouse/*.whl
 
 echo "==> SASS in libfp8quant.so (cuobjdump)"
 cuobjdump=$(find "$(python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/nvidia" \
-  -name cuobjdump -type f | head -n 1)
+  -name cuobjdump -type f -print -quit)
+[ -x "$cuobjdump" ] || { echo "FAIL: no cuobjdump in the nvidia-cuda-cuobjdump package"; exit 1; }
 for wheel in "$out"/wheelhouse/*.whl; do
   rm -rf "$out/unpacked" && mkdir -p "$out/unpacked"
   python -m zipfile -e "$wheel" "$out/unpacked"

@@ -13,8 +13,9 @@ _PACKAGE = Path(__file__).resolve().parent
 def _existing(path: Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(
-            f"{what} not found at {path}: this fp8quant was not installed from a wheel or by "
-            "`pip install .` (a source checkout on PYTHONPATH carries no C++ package)"
+            f"{what} was not found at {path}: only an fp8quant installed from a wheel or by "
+            "`pip install .` carries its C++ package (a source checkout on PYTHONPATH or an editable "
+            "install does not)"
         )
     return path
 
@@ -37,7 +38,8 @@ def library_path() -> Path:
 
 def cuda_version() -> tuple[int, int]:
     """(major, minor) of the CUDA toolkit the library was built with: its major version sets the
-    oldest NVIDIA driver it runs on (CUDA 13: driver 580 or newer; CUDA 12: 525 or newer)."""
+    oldest NVIDIA driver it runs on (CUDA 13: driver 580 or newer; CUDA 12: 525 or newer, and
+    Blackwell GPUs need 570 or newer)."""
     from .quant import _extension  # noqa: PLC0415 - the extension may be missing (source tree)
 
     version = _extension().cuda_version()

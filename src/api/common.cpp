@@ -32,18 +32,22 @@ fp8quant_status_t current_device_arch(int* major, int* minor) {
                                             cudaGetErrorString(err));
 }
 
-fp8quant_status_t current_kernel_arch(int* arch) {
-  int major = 0, minor = 0;
-  if (const fp8quant_status_t st = current_device_arch(&major, &minor); st != FP8QUANT_SUCCESS) return st;
+fp8quant_status_t current_kernel_arch(int* arch, int* major, int* minor) {
+  int device_major = 0, device_minor = 0;
+  if (const fp8quant_status_t st = current_device_arch(&device_major, &device_minor); st != FP8QUANT_SUCCESS) {
+    return st;
+  }
+  if (major != nullptr) *major = device_major;
+  if (minor != nullptr) *minor = device_minor;
   // sm_90a and sm_100a code runs on exactly compute capability 9.0 and 10.0
-  if (minor == 0 && (major == 9 || major == 10)) {
-    *arch = major;
+  if (device_minor == 0 && (device_major == 9 || device_major == 10)) {
+    *arch = device_major;
     return FP8QUANT_SUCCESS;
   }
   return set_error(FP8QUANT_ERROR_UNSUPPORTED_DEVICE,
                    "fp8quant runs on sm_90a (Hopper, compute capability 9.0) and sm_100a (Blackwell, 10.0); "
                    "the current device has compute capability " +
-                       std::to_string(major) + "." + std::to_string(minor));
+                       std::to_string(device_major) + "." + std::to_string(device_minor));
 }
 
 }  // namespace fp8quant
@@ -70,14 +74,8 @@ const char* fp8quant_last_error(void) { return fp8quant::last_error.c_str(); }
 int fp8quant_cuda_version(void) { return CUDART_VERSION; }
 
 fp8quant_status_t fp8quant_check_device(int* major, int* minor) {
-  int device_major = 0, device_minor = 0, arch = 0;
-  if (const fp8quant_status_t st = fp8quant::current_device_arch(&device_major, &device_minor);
-      st != FP8QUANT_SUCCESS) {
-    return st;
-  }
-  if (major != nullptr) *major = device_major;
-  if (minor != nullptr) *minor = device_minor;
-  return fp8quant::current_kernel_arch(&arch);
+  int arch = 0;
+  return fp8quant::current_kernel_arch(&arch, major, minor);
 }
 
 }  // extern "C"

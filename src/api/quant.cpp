@@ -162,10 +162,10 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   // Dispatch on the architecture
   int arch = 0;
   if (const fp8quant_status_t st = fp8quant::current_kernel_arch(&arch); st != FP8QUANT_SUCCESS) return st;
-  cudaError_t err = cudaErrorInvalidValue;
+  cudaError_t err;
   if (arch == 9) {
     err = fp8quant::sm90::per_token_group_quant(problem, stream);
-  } else if (arch == 10) {
+  } else {  // 10: current_kernel_arch returns no other
     err = fp8quant::sm100::per_token_group_quant(problem, stream);
   }
   if (err != cudaSuccess) {

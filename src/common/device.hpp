@@ -9,7 +9,9 @@ namespace fp8quant {
 fp8quant_status_t current_device_arch(int* major, int* minor);
 
 // The architecture whose kernels run on the current device: 9 (sm_90a) or 10 (sm_100a);
-// UNSUPPORTED_DEVICE, with a message naming both, for any other compute capability.
-fp8quant_status_t current_kernel_arch(int* arch);
+// UNSUPPORTED_DEVICE, with a message naming both, for any other compute capability. The
+// device's compute capability goes to *major / *minor where not null, whatever the status
+// (unless the device cannot be queried).
+fp8quant_status_t current_kernel_arch(int* arch, int* major = nullptr, int* minor = nullptr);
 
 }  // namespace fp8quant

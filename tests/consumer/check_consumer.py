@@ -4,8 +4,8 @@
 
 With a supported GPU (compute capability 9.0 or 10.0): for each scale format and a few M, the
 consumer's q and whole scale buffer must be bit-identical to ``fp8quant.per_token_group_quant``
-on the same input. Without a GPU: the consumer must exit with FP8QUANT_ERROR_NO_DEVICE (2) and
-say so, not crash.
+on the same input. Without a GPU the consumer must exit with FP8QUANT_ERROR_NO_DEVICE (2), on
+another GPU with FP8QUANT_ERROR_UNSUPPORTED_DEVICE (3), and say so, not crash.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import fp8quant
 from fp8quant.bench import format_name
 
-NO_DEVICE = 2
+NO_DEVICE, UNSUPPORTED_DEVICE = 2, 3
 K = 7168
 CASES = [(m, layout, ue8m0) for m in (1, 5, 129) for layout, ue8m0 in fp8quant.SCALE_FORMATS]
 
@@ -33,18 +33,24 @@ def run(binary: str, m: int, layout: str, ue8m0: bool, x: torch.Tensor, tmp: Pat
 
 
 def main(binary: str) -> int:
-    gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() in ((9, 0), (10, 0))
+    if not torch.cuda.is_available():
+        expected = (NO_DEVICE, "FP8QUANT_ERROR_NO_DEVICE")
+    elif torch.cuda.get_device_capability() not in ((9, 0), (10, 0)):
+        expected = (UNSUPPORTED_DEVICE, "FP8QUANT_ERROR_UNSUPPORTED_DEVICE")
+    else:
+        expected = None
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if not gpu:
+        if expected is not None:
+            status, name = expected
             x = torch.randn(4, K, dtype=torch.bfloat16)
             done = run(binary, 4, "mn_tma", False, x, tmp)
             print(done.stdout + done.stderr, end="")
-            if done.returncode != NO_DEVICE or "FP8QUANT_ERROR_NO_DEVICE" not in done.stderr:
-                print(f"FAIL: expected exit status {NO_DEVICE} and FP8QUANT_ERROR_NO_DEVICE without a GPU, "
-                      f"got {done.returncode}")
+            if done.returncode != status or name not in done.stderr:
+                hint = " (torch sees no CUDA device: is it a CPU build?)" if done.returncode == 0 else ""
+                print(f"FAIL: expected exit status {status} and {name}, got {done.returncode}{hint}")
                 return 1
-            print("OK: no supported GPU here, and the consumer reported FP8QUANT_ERROR_NO_DEVICE")
+            print(f"OK: no supported GPU here, and the consumer reported {name}")
             return 0
 
         generator = torch.Generator().manual_seed(0)

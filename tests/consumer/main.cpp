@@ -5,7 +5,8 @@
 //
 // LAYOUT is row, mn, mn_tma or packed_ue8m0; UE8M0 is 0 or 1; X_FILE holds M*K bf16 values
 // (row-major, little-endian). Group size 128, eps 1e-10. Exit status: 0 on success, the
-// fp8quant status code when a call fails (2 without a CUDA device), 1 for other errors.
+// fp8quant status code when a call fails (2 without a CUDA device), 10 for a bad command line,
+// a file or CUDA runtime error.
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -24,9 +25,11 @@ int fail(fp8quant_status_t status, const char* what) {
   return static_cast<int>(status);
 }
 
+constexpr int kOtherError = 10;
+
 int cuda_fail(cudaError_t err, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
-  return 1;
+  return kOtherError;
 }
 
 bool read_file(const char* path, void* data, size_t bytes) {
@@ -44,7 +47,7 @@ bool write_file(const char* path, const void* data, size_t bytes) {
 int main(int argc, char** argv) {
   if (argc != 8) {
     std::fprintf(stderr, "usage: %s M K LAYOUT UE8M0 X_FILE Q_FILE SCALE_FILE\n", argv[0]);
-    return 1;
+    return kOtherError;
   }
   const int64_t m = std::atoll(argv[1]), k = std::atoll(argv[2]);
   const std::string layout_name = argv[3];
@@ -54,6 +57,10 @@ int main(int argc, char** argv) {
                                          : layout_name == "mn_tma"       ? FP8QUANT_SCALE_MN_TMA
                                          : layout_name == "packed_ue8m0" ? FP8QUANT_SCALE_PACKED_UE8M0
                                                                          : static_cast<fp8quant_scale_layout_t>(-1);
+  if (layout == static_cast<fp8quant_scale_layout_t>(-1)) {
+    std::fprintf(stderr, "LAYOUT: '%s' is not one of row, mn, mn_tma, packed_ue8m0\n", argv[3]);
+    return kOtherError;
+  }
   constexpr int64_t kGroupSize = 128;
   std::printf("fp8quant %d, built with CUDA %d\n", fp8quant_version(), fp8quant_cuda_version());
 
@@ -71,8 +78,8 @@ int main(int argc, char** argv) {
   }
   std::vector<uint16_t> x(static_cast<size_t>(m * k));
   if (!read_file(argv[5], x.data(), x.size() * sizeof(uint16_t))) {
-    std::fprintf(stderr, "cannot read %lld bf16 values from %s\n", static_cast<long long>(x.size()), argv[5]);
-    return 1;
+    std::fprintf(stderr, "X_FILE: cannot read %lld bf16 values from %s\n", static_cast<long long>(x.size()), argv[5]);
+    return kOtherError;
   }
   std::vector<uint8_t> q(x.size());
   std::vector<uint32_t> scale(static_cast<size_t>(shape.numel));  // fp32 or packed UE8M0 words
@@ -96,9 +103,13 @@ int main(int argc, char** argv) {
   cudaFree(dq);
   cudaFree(dscale);
 
-  if (!write_file(argv[6], q.data(), q.size()) || !write_file(argv[7], scale.data(), scale.size() * sizeof(uint32_t))) {
-    std::fprintf(stderr, "cannot write the results\n");
-    return 1;
+  if (!write_file(argv[6], q.data(), q.size())) {
+    std::fprintf(stderr, "Q_FILE: cannot write %s\n", argv[6]);
+    return kOtherError;
+  }
+  if (!write_file(argv[7], scale.data(), scale.size() * sizeof(uint32_t))) {
+    std::fprintf(stderr, "SCALE_FILE: cannot write %s\n", argv[7]);
+    return kOtherError;
   }
   std::printf("quantized %lldx%lld (%s%s): %lld scale words\n", static_cast<long long>(m), static_cast<long long>(k),
               layout_name.c_str(), ue8m0 && layout != FP8QUANT_SCALE_PACKED_UE8M0 ? "+ue8m0" : "",

@@ -30,7 +30,7 @@ def test_installed_cpp_package():
 
 @pytest.mark.skipif(INSTALLED, reason="fp8quant is installed: its C++ package is there")
 def test_source_checkout_says_where_the_package_is_missing():
-    with pytest.raises(FileNotFoundError, match=r"^the CMake package not found at .*lib/cmake/fp8quant: "):
+    with pytest.raises(FileNotFoundError, match=r"^the CMake package was not found at .*lib/cmake/fp8quant: "):
         fp8quant.cmake_dir()
 
 
