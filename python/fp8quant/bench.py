@@ -13,7 +13,8 @@ GB/s counts x read, q written and the whole scale buffer written (padding includ
 compares it with the device-to-device bandwidth of ``dst.copy_(src)`` on 1 GiB (read + write).
 The baselines, a plain fp32 PyTorch implementation and its ``torch.compile``, are timed the same
 way, beside PyTorch's elementwise cast of x to float8 (the same bytes as q, no scales: what a
-plain memory-bound kernel of the shape's traffic reaches). Without a CUDA GPU the PyTorch reference is timed on the CPU instead, by wall clock.
+plain memory-bound kernel of the shape's traffic reaches). Without a CUDA GPU the PyTorch
+reference is timed on the CPU instead, by wall clock.
 """
 
 from __future__ import annotations

@@ -74,49 +74,50 @@ __device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
   return __half22float2(h);
 }
 
-// Max of |a| over the two 16-bit elements of each word, as float; NaN elements are dropped (an
-// all-NaN input gives 0). Exact: abs and max of bf16/fp16 values are bf16/fp16 values.
-template <int kWords>
-__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], __nv_bfloat16) {
-  __nv_bfloat162 m[kWords];
+// Two 16-bit elements in one register, for the packed max below.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+template <>
+struct Pair<__half> {
+  using type = __half2;
+};
+
+// m[0] = op over m[0..kN), as a tree of depth log2(kN) (m is overwritten).
+template <int kN, typename V, typename Op>
+__device__ __forceinline__ V tree_reduce(V (&m)[kN], Op op) {
 #pragma unroll
-  for (int i = 0; i < kWords; ++i) {
-    const uint32_t a = w[i] & 0x7FFF7FFFu;
-    memcpy(&m[i], &a, sizeof(a));
+  for (int stride = 1; stride < kN; stride *= 2) {
+#pragma unroll
+    for (int i = 0; i + stride < kN; i += 2 * stride) m[i] = op(m[i], m[i + stride]);
   }
-#pragma unroll
-  for (int stride = 1; stride < kWords; stride *= 2) {
-#pragma unroll
-    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = __hmax2(m[i], m[i + stride]);
-  }
-  return fmaxf(0.0f, fmaxf(__low2float(m[0]), __high2float(m[0])));
+  return m[0];
 }
-template <int kWords>
-__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], __half) {
-  __half2 m[kWords];
+
+// Max of |x| over the elements of T packed in the words w, as float; NaN elements are dropped
+// (an all-NaN input gives 0). 16-bit elements are compared two at a time, exactly: abs and max
+// of bf16/fp16 values are bf16/fp16 values.
+template <typename T, int kWords>
+__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords]) {
+  if constexpr (sizeof(T) == 4) {
+    float m[kWords];
 #pragma unroll
-  for (int i = 0; i < kWords; ++i) {
-    const uint32_t a = w[i] & 0x7FFF7FFFu;
-    memcpy(&m[i], &a, sizeof(a));
+    for (int i = 0; i < kWords; ++i) m[i] = fabsf(__uint_as_float(w[i]));
+    return fmaxf(0.0f, tree_reduce(m, [](float a, float b) { return fmaxf(a, b); }));
+  } else {
+    using T2 = typename Pair<T>::type;
+    T2 m[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const uint32_t a = w[i] & 0x7FFF7FFFu;  // both signs cleared
+      memcpy(&m[i], &a, sizeof(a));
+    }
+    const T2 pair = tree_reduce(m, [](T2 a, T2 b) { return __hmax2(a, b); });
+    return fmaxf(0.0f, fmaxf(__low2float(pair), __high2float(pair)));
   }
-#pragma unroll
-  for (int stride = 1; stride < kWords; stride *= 2) {
-#pragma unroll
-    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = __hmax2(m[i], m[i + stride]);
-  }
-  return fmaxf(0.0f, fmaxf(__low2float(m[0]), __high2float(m[0])));
-}
-template <int kWords>
-__device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords], float) {
-  float m[kWords];
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) m[i] = fabsf(__uint_as_float(w[i]));
-#pragma unroll
-  for (int stride = 1; stride < kWords; stride *= 2) {
-#pragma unroll
-    for (int i = 0; i + stride < kWords; i += 2 * stride) m[i] = fmaxf(m[i], m[i + stride]);
-  }
-  return fmaxf(0.0f, m[0]);
 }
 
 }  // namespace fp8quant::math

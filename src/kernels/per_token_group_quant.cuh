@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 
   // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
-  float amax = team_max<kTeam>(math::abs_max(slice.w, T{}));
+  float amax = team_max<kTeam>(math::abs_max<T>(slice.w));
   float v[kElemsPerThread];
   unpack_slice(slice, v);
   const bool has_inf = amax == INFINITY;
