@@ -50,6 +50,16 @@ fp8quant_status_t current_kernel_arch(int* arch, int* major, int* minor) {
                        std::to_string(device_major) + "." + std::to_string(device_minor));
 }
 
+fp8quant_status_t current_device_sm_count(int* count) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) return FP8QUANT_SUCCESS;
+  cudaGetLastError();
+  return set_error(FP8QUANT_ERROR_CUDA, std::string("querying the current device failed: ") +
+                                            cudaGetErrorString(err));
+}
+
 }  // namespace fp8quant
 
 extern "C" {

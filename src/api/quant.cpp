@@ -152,6 +152,7 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.rows = static_cast<int32_t>(shape.rows);
   problem.slots = static_cast<int32_t>(slots);
   problem.units = static_cast<int32_t>(units);
+  problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(fp8quant::row_tile(scale_layout) * slots));
   problem.eps = eps;
   problem.dtype = x_dtype;
   problem.layout = scale_layout;
@@ -162,6 +163,9 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   // Dispatch on the architecture
   int arch = 0;
   if (const fp8quant_status_t st = fp8quant::current_kernel_arch(&arch); st != FP8QUANT_SUCCESS) return st;
+  if (const fp8quant_status_t st = fp8quant::current_device_sm_count(&problem.sm_count); st != FP8QUANT_SUCCESS) {
+    return st;
+  }
   cudaError_t err;
   if (arch == 9) {
     err = fp8quant::sm90::per_token_group_quant(problem, stream);

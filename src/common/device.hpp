@@ -14,4 +14,7 @@ fp8quant_status_t current_device_arch(int* major, int* minor);
 // (unless the device cannot be queried).
 fp8quant_status_t current_kernel_arch(int* arch, int* major = nullptr, int* minor = nullptr);
 
+// Streaming multiprocessors of the current CUDA device.
+fp8quant_status_t current_device_sm_count(int* count);
+
 }  // namespace fp8quant

@@ -30,6 +30,16 @@ __device__ __forceinline__ float div_rn_with_rcp(float x, float s, float r) {
   return __fmaf_rn(-neg_rem, r, q);
 }
 
+// RN(1 / s) for the kernels' scales, kFastDivMinScale <= s <= FLT_MAX / 448: the hardware's
+// approximate reciprocal refined by one Newton step. __frcp_rn computes the same and adds a test
+// for the ends of the exponent range, which these scales never reach; tests/cpp/
+// test_exact_division.cu checks the two agree on every float32 of that range.
+__device__ __forceinline__ float rcp_rn(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return __fmaf_rn(r, __fmaf_rn(-s, r, 1.0f), r);
+}
+
 // RN(amax / 448) for a finite amax >= 0: the fast division by the constant's reciprocal, exact
 // for amax >= kFastDivMinScale (tests/cpp/test_exact_division.cu checks every such float32).
 constexpr float kFp8MaxRcp = 1.0f / kFp8Max;

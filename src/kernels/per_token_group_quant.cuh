@@ -11,8 +11,12 @@
 //                bytes by shuffles.
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 //
-// Programmatic dependent launch: the kernel lets the next kernel in the stream launch at once
-// and waits for the previous one's results before its first load, so launch latency overlaps.
+// Programmatic dependent launch: each block lets the next kernel in the stream launch once it
+// may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
+// blocks of the first wave ask L2 to prefetch their part of x: with x in DRAM the loads after
+// the wait then find it in L2, and DRAM works through the gap between two kernels. A prefetch is
+// only a hint and cannot change what a load reads: L2 is where every SM's writes meet, so the
+// previous kernel's writes to x land in the prefetched lines.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +24,7 @@
 #include <cstdint>
 
 #include "common/dispatch.hpp"
+#include "common/fast_divisor.hpp"
 #include "common/math.cuh"
 #include "kernels/per_token_group_quant.hpp"
 
@@ -46,7 +51,7 @@ struct GroupPos {
 template <int kRowTile>
 __device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) {
   GroupPos pos;
-  const int32_t tile = unit / (kRowTile * p.slots);
+  const int32_t tile = static_cast<int32_t>(p.tile_units.divide(static_cast<uint32_t>(unit)));
   const int32_t within = unit - tile * (kRowTile * p.slots);
   pos.m = tile * kRowTile + within % kRowTile;
   pos.g = within / kRowTile;
@@ -93,6 +98,20 @@ __device__ __forceinline__ void unpack_slice(const Slice<T>& s, float (&v)[kElem
   }
 }
 
+// Ask L2 to fetch the bytes of the slice at src.
+template <typename T, bool kAligned>
+__device__ __forceinline__ void prefetch_slice(const T* src) {
+  constexpr int kBytes = kElemsPerThread * sizeof(T);
+  const char* bytes = reinterpret_cast<const char*>(src);
+#pragma unroll
+  for (int offset = 0; offset < kBytes; offset += 32) {  // one 32-byte sector each
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + offset)));
+  }
+  if constexpr (!kAligned) {  // an unaligned slice reaches into one more sector
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + kBytes - 1)));
+  }
+}
+
 // Max over the kThreads lanes of a team (teams are aligned runs of lanes).
 template <int kThreads>
 __device__ __forceinline__ float team_max(float v) {
@@ -118,6 +137,11 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
+  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
+  asm("" : "+l"(src));  // keep the address: the compiler would compute it again after the wait
+
+  // Prefetch x into L2: the first wave only (later blocks load right away)
+  if (pos.valid && blockIdx.y * gridDim.x + blockIdx.x < p.prefetch_blocks) prefetch_slice<T, kAligned>(src);
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -126,8 +150,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // Load
   Slice<T> slice;
   if (pos.valid) {
-    load_slice<T, kAligned>(static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset,
-                            slice);
+    load_slice<T, kAligned>(src, slice);
   } else {
 #pragma unroll
     for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
@@ -172,7 +195,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     const float inv = math::ue8m0_reciprocal(e);
     quantize([inv](float x) { return x * inv; });
   } else if (s >= math::kFastDivMinScale && !has_inf) {
-    const float r = __frcp_rn(s);
+    const float r = math::rcp_rn(s);
     quantize([s, r](float x) { return math::div_rn_with_rcp(x, s, r); });
   } else {
     quantize([s](float x) { return __fdiv_rn(x, s); });
@@ -223,9 +246,24 @@ cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t s
   return cudaGetLastError();
 }
 
+// Blocks of kKernel one SM holds at once (its occupancy), asked once per kernel.
+template <class Arch, auto kKernel>
+int resident_blocks_per_sm() {
+  static const int blocks = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, Arch::kBlockThreads, 0) != cudaSuccess || n < 1) {
+      cudaGetLastError();  // not sticky: fall back to the thread limit
+      n = 2048 / Arch::kBlockThreads;
+    }
+    return n;
+  }();
+  return blocks;
+}
+
 // Launch the kernel instantiated for `problem` on `stream`.
 template <class Arch>
-cudaError_t launch_per_token_group_quant(const QuantProblem& problem, cudaStream_t stream) {
+cudaError_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStream_t stream) {
+  QuantProblem problem = problem_in;
   return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
     return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
       return FP8QUANT_DISPATCH_SCALE_LAYOUT(problem.layout, kLayout, [&] {
@@ -235,7 +273,8 @@ cudaError_t launch_per_token_group_quant(const QuantProblem& problem, cudaStream
               return cudaErrorInvalidValue;  // refused by the C API before it gets here
             } else {
               constexpr int kTeamsPerBlock = Arch::kBlockThreads / (kGroupSize / kElemsPerThread);
-              const auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>;
+              constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>;
+              problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
               const dim3 grid((problem.units + kTeamsPerBlock - 1) / kTeamsPerBlock, problem.batch);
               return launch_with_pdl(kernel, grid, dim3(Arch::kBlockThreads), stream, problem);
             }

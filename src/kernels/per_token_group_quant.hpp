@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/fast_divisor.hpp"
 #include "fp8quant/quant.h"
 
 namespace fp8quant {
@@ -23,6 +24,9 @@ struct QuantProblem {
   int32_t rows;   // rows of the scale layout: m, or align(m, 4) for the TMA-aligned layouts
   int32_t slots;  // group slots per row: num_groups, or 4 * ceil(num_groups / 4) when packed
   int32_t units;  // teams one batch launches: team_units(layout, rows, slots)
+  FastDivisor tile_units;   // teams per tile of row_tile(layout) rows: row_tile(layout) * slots
+  int32_t sm_count;         // streaming multiprocessors of the device
+  int32_t prefetch_blocks;  // blocks of the first wave, which prefetch x (set by the launcher)
   float eps;
   fp8quant_dtype_t dtype;
   fp8quant_scale_layout_t layout;

@@ -2,7 +2,9 @@
 // division, bit for bit, over a domain wider than the kernel's: about 4.3e9 random (x, s) pairs
 // with s >= kFastDivMinScale, finite x and |x/s| < 2^126 (the kernel's quotients are at most
 // 448; near overflow the remainder would be inf - inf). Then every finite float32 amax >= 0
-// through scale_from_amax, against IEEE amax / 448. Exit code 77 (skip) without a GPU.
+// through scale_from_amax, against IEEE amax / 448, and the reciprocal rcp_rn against __frcp_rn
+// for every scale the kernels can form (every float32 from kFastDivMinScale to FLT_MAX / 448).
+// Exit code 77 (skip) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
@@ -45,7 +47,7 @@ __global__ void compare(uint64_t samples, unsigned long long* counts) {
     }
     const float exact = __fdiv_rn(x, s);
     if (!(fabsf(exact) < 0x1p126f)) continue;  // overflowing quotients: the kernel's are <= 448
-    const float fast = fp8quant::math::div_rn_with_rcp(x, s, __frcp_rn(s));
+    const float fast = fp8quant::math::div_rn_with_rcp(x, s, fp8quant::math::rcp_rn(s));
     fp32_bad += (fabsf(exact) >= 0x1p-11f || exact == 0.0f) && __float_as_uint(exact) != __float_as_uint(fast);
     fp8_bad += fp8quant::math::cvt_e4m3x2(exact, 0.0f) != fp8quant::math::cvt_e4m3x2(fast, 0.0f);
     ++n;
@@ -64,6 +66,21 @@ __global__ void compare_scales(unsigned long long* counts) {
     const float amax = __uint_as_float(uint32_t(bits));
     bad += __float_as_uint(fp8quant::math::scale_from_amax(amax)) !=
            __float_as_uint(__fdiv_rn(amax, fp8quant::math::kFp8Max));
+    ++n;
+  }
+  atomicAdd(&counts[0], n);
+  atomicAdd(&counts[1], bad);
+}
+
+// Counts: [0] scales, [1] reciprocal mismatches.
+__global__ void compare_reciprocals(unsigned long long* counts) {
+  const uint32_t first = __float_as_uint(fp8quant::math::kFastDivMinScale);
+  const uint32_t last = __float_as_uint(__fdiv_rn(0x1.fffffep127f, fp8quant::math::kFp8Max));  // FLT_MAX / 448
+  unsigned long long bad = 0, n = 0;
+  for (uint64_t bits = first + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; bits <= last;
+       bits += uint64_t(gridDim.x) * blockDim.x) {
+    const float s = __uint_as_float(uint32_t(bits));
+    bad += __float_as_uint(fp8quant::math::rcp_rn(s)) != __float_as_uint(__frcp_rn(s));
     ++n;
   }
   atomicAdd(&counts[0], n);
@@ -100,5 +117,15 @@ int main() {
   std::printf("%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448\n", h[0],
               h[1]);
   const bool scales_ok = h[1] == 0 && h[0] == 0x7F800000ull;
-  return divisions_ok && scales_ok ? 0 : 1;
+
+  cudaMemset(counts, 0, 2 * sizeof(*counts));
+  compare_reciprocals<<<132 * 16, 256>>>(counts);
+  if (cudaMemcpy(h, counts, 2 * sizeof(*counts), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  std::printf("%llu scales (every float32 from 2^-90 to FLT_MAX / 448): %llu reciprocal mismatches against "
+              "__frcp_rn\n", h[0], h[1]);
+  const bool reciprocals_ok = h[1] == 0 && h[0] > (uint64_t{3} << 29);
+  return divisions_ok && scales_ok && reciprocals_ok ? 0 : 1;
 }
