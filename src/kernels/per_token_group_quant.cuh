@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/dispatch.hpp"
 #include "common/fast_divisor.hpp"
@@ -132,13 +133,20 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
 
-  // Locate this team's group
+  // Locate this team's group and its addresses (worked out while the block waits: pinned, or
+  // the compiler would compute them after the wait)
   const int sub = threadIdx.x % kTeam;
   const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
-  asm("" : "+l"(src));  // keep the address: the compiler would compute it again after the wait
+  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
+  const int32_t col = kPacked ? pos.g / 4 : pos.g;
+  using Scale = std::conditional_t<kPacked, uint32_t, float>;
+  Scale* scale_dst = static_cast<Scale*>(p.scale) + b * p.scale_batch_stride +
+                     (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(pos.m) * p.num_groups + col
+                                                    : static_cast<int64_t>(col) * p.rows + pos.m);
+  asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
   if (pos.valid && blockIdx.y * gridDim.x + blockIdx.x < p.prefetch_blocks) prefetch_slice<T, kAligned>(src);
@@ -203,27 +211,22 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Store q
   if (pos.valid) {
-    uint8_t* q = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
     if constexpr (kAligned) {
-      *reinterpret_cast<uint4*>(q) = make_uint4(out[0], out[1], out[2], out[3]);
+      *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
     } else {
 #pragma unroll
-      for (int i = 0; i < kElemsPerThread; ++i) q[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
+      for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
     }
   }
 
   // Store scales
-  const int32_t col = kPacked ? pos.g / 4 : pos.g;
-  const int64_t scale_offset =
-      b * p.scale_batch_stride + (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(pos.m) * p.num_groups + col
-                                                                : static_cast<int64_t>(col) * p.rows + pos.m);
   if constexpr (kPacked) {
     uint32_t word = pos.valid ? e << (8 * (pos.g % 4)) : 0u;
     word |= __shfl_xor_sync(kFullMask, word, kTeam);
     word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
-    if (pos.in_range && sub == 0 && pos.g % 4 == 0) static_cast<uint32_t*>(p.scale)[scale_offset] = word;
+    if (pos.in_range && sub == 0 && pos.g % 4 == 0) *scale_dst = word;
   } else {
-    if (pos.in_range && sub == 0) static_cast<float*>(p.scale)[scale_offset] = pos.valid ? s : 0.0f;
+    if (pos.in_range && sub == 0) *scale_dst = pos.valid ? s : 0.0f;
   }
 }
 
