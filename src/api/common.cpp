@@ -17,11 +17,12 @@ fp8quant_status_t set_error(fp8quant_status_t status, std::string message) {
   return status;
 }
 
-fp8quant_status_t current_device_arch(int* major, int* minor) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, device);
+fp8quant_status_t current_device(DeviceInfo* device) {
+  int ordinal = 0;
+  cudaError_t err = cudaGetDevice(&ordinal);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->major, cudaDevAttrComputeCapabilityMajor, ordinal);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->minor, cudaDevAttrComputeCapabilityMinor, ordinal);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->sm_count, cudaDevAttrMultiProcessorCount, ordinal);
   if (err == cudaSuccess) return FP8QUANT_SUCCESS;
   cudaGetLastError();  // leave no sticky non-fatal error behind for the caller
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorInitializationError) {
@@ -32,32 +33,16 @@ fp8quant_status_t current_device_arch(int* major, int* minor) {
                                             cudaGetErrorString(err));
 }
 
-fp8quant_status_t current_kernel_arch(int* arch, int* major, int* minor) {
-  int device_major = 0, device_minor = 0;
-  if (const fp8quant_status_t st = current_device_arch(&device_major, &device_minor); st != FP8QUANT_SUCCESS) {
-    return st;
-  }
-  if (major != nullptr) *major = device_major;
-  if (minor != nullptr) *minor = device_minor;
+fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch) {
   // sm_90a and sm_100a code runs on exactly compute capability 9.0 and 10.0
-  if (device_minor == 0 && (device_major == 9 || device_major == 10)) {
-    *arch = device_major;
+  if (device.minor == 0 && (device.major == 9 || device.major == 10)) {
+    *arch = device.major;
     return FP8QUANT_SUCCESS;
   }
   return set_error(FP8QUANT_ERROR_UNSUPPORTED_DEVICE,
                    "fp8quant runs on sm_90a (Hopper, compute capability 9.0) and sm_100a (Blackwell, 10.0); "
                    "the current device has compute capability " +
-                       std::to_string(device_major) + "." + std::to_string(device_minor));
-}
-
-fp8quant_status_t current_device_sm_count(int* count) {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) return FP8QUANT_SUCCESS;
-  cudaGetLastError();
-  return set_error(FP8QUANT_ERROR_CUDA, std::string("querying the current device failed: ") +
-                                            cudaGetErrorString(err));
+                       std::to_string(device.major) + "." + std::to_string(device.minor));
 }
 
 }  // namespace fp8quant
@@ -84,8 +69,12 @@ const char* fp8quant_last_error(void) { return fp8quant::last_error.c_str(); }
 int fp8quant_cuda_version(void) { return CUDART_VERSION; }
 
 fp8quant_status_t fp8quant_check_device(int* major, int* minor) {
+  fp8quant::DeviceInfo device{};
+  if (const fp8quant_status_t st = fp8quant::current_device(&device); st != FP8QUANT_SUCCESS) return st;
+  if (major != nullptr) *major = device.major;
+  if (minor != nullptr) *minor = device.minor;
   int arch = 0;
-  return fp8quant::current_kernel_arch(&arch, major, minor);
+  return fp8quant::kernel_arch(device, &arch);
 }
 
 }  // extern "C"

@@ -161,15 +161,15 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
 
   // Dispatch on the architecture
+  fp8quant::DeviceInfo device{};
+  if (const fp8quant_status_t st = fp8quant::current_device(&device); st != FP8QUANT_SUCCESS) return st;
   int arch = 0;
-  if (const fp8quant_status_t st = fp8quant::current_kernel_arch(&arch); st != FP8QUANT_SUCCESS) return st;
-  if (const fp8quant_status_t st = fp8quant::current_device_sm_count(&problem.sm_count); st != FP8QUANT_SUCCESS) {
-    return st;
-  }
+  if (const fp8quant_status_t st = fp8quant::kernel_arch(device, &arch); st != FP8QUANT_SUCCESS) return st;
+  problem.sm_count = device.sm_count;
   cudaError_t err;
   if (arch == 9) {
     err = fp8quant::sm90::per_token_group_quant(problem, stream);
-  } else {  // 10: current_kernel_arch returns no other
+  } else {  // 10: kernel_arch returns no other
     err = fp8quant::sm100::per_token_group_quant(problem, stream);
   }
   if (err != cudaSuccess) {

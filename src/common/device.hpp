@@ -5,16 +5,17 @@
 
 namespace fp8quant {
 
-// Compute capability of the current CUDA device; NO_DEVICE when there is none (or no driver).
-fp8quant_status_t current_device_arch(int* major, int* minor);
+struct DeviceInfo {
+  int major;     // compute capability
+  int minor;
+  int sm_count;  // streaming multiprocessors
+};
 
-// The architecture whose kernels run on the current device: 9 (sm_90a) or 10 (sm_100a);
-// UNSUPPORTED_DEVICE, with a message naming both, for any other compute capability. The
-// device's compute capability goes to *major / *minor where not null, whatever the status
-// (unless the device cannot be queried).
-fp8quant_status_t current_kernel_arch(int* arch, int* major = nullptr, int* minor = nullptr);
+// The current CUDA device's properties; NO_DEVICE when there is none (or no driver).
+fp8quant_status_t current_device(DeviceInfo* device);
 
-// Streaming multiprocessors of the current CUDA device.
-fp8quant_status_t current_device_sm_count(int* count);
+// The architecture whose kernels run on `device`: 9 (sm_90a) or 10 (sm_100a);
+// UNSUPPORTED_DEVICE, with a message naming both, for any other compute capability.
+fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch);
 
 }  // namespace fp8quant

@@ -49,11 +49,12 @@ struct GroupPos {
   bool valid;     // a real group: m < M and g < G
 };
 
+// The group of team `unit`: tiles of kRowTile rows one after another, m fastest inside a tile.
 template <int kRowTile>
 __device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) {
-  GroupPos pos;
   const int32_t tile = static_cast<int32_t>(p.tile_units.divide(static_cast<uint32_t>(unit)));
-  const int32_t within = unit - tile * (kRowTile * p.slots);
+  const int32_t within = unit - tile * static_cast<int32_t>(p.tile_units.divisor());
+  GroupPos pos;
   pos.m = tile * kRowTile + within % kRowTile;
   pos.g = within / kRowTile;
   pos.in_range = pos.m < p.rows;
