@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
-  if (pos.valid && blockIdx.y * gridDim.x + blockIdx.x < p.prefetch_blocks) prefetch_slice<T, kAligned>(src);
+  const uint64_t block = uint64_t{blockIdx.y} * gridDim.x + blockIdx.x;  // batches x blocks can pass 2^32
+  if (pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) prefetch_slice<T, kAligned>(src);
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
