@@ -128,16 +128,16 @@ template <class Arch, typename T, int kGroupSize, fp8quant_scale_layout_t kLayou
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
-  constexpr int kTeamsPerBlock = Arch::kBlockThreads / kTeam;
   constexpr bool kPacked = kLayout == FP8QUANT_SCALE_PACKED_UE8M0;
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
+  const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
 
   // Locate this team's group and its addresses (worked out while the block waits: pinned, or
   // the compiler would compute them after the wait)
   const int sub = threadIdx.x % kTeam;
-  const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * kTeamsPerBlock + threadIdx.x / kTeam);
+  const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
@@ -265,6 +265,22 @@ int resident_blocks_per_sm() {
   return blocks;
 }
 
+// Threads per block: Arch::kBlockThreads, or one warp when the whole launch is at most two warps
+// of teams per SM (M <= 16 at K = 7168). Whole blocks would crowd such a launch onto a few SMs
+// (M = 1: 56 groups in two blocks), each reading and converting its share alone; single-warp
+// blocks spread it over as many SMs as it has warps. H200, x in L2: M = 4 takes 0.77-0.82 us
+// instead of 0.90-1.05, M = 16 0.86-0.96 instead of 0.96-1.08. More single-warp blocks cost more
+// to launch than they save: up to four per SM, M = 32 took 1.26-1.33 us instead of 1.11-1.16.
+// The first wave (prefetch_blocks) is counted in whole blocks, several per SM; a single-warp
+// launch has at most two blocks per SM, so all of it prefetches.
+template <class Arch, int kTeam>
+int block_threads(const QuantProblem& p) {
+  constexpr int kWarpTeams = 32 / kTeam;
+  constexpr int kMaxWarpsPerSm = 2;
+  const int64_t warps = (int64_t{p.units} + kWarpTeams - 1) / kWarpTeams * p.batch;
+  return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
+}
+
 // Launch the kernel instantiated for `problem` on `stream`.
 template <class Arch>
 cudaError_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStream_t stream) {
@@ -277,11 +293,13 @@ cudaError_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStr
             if constexpr (kLayout == FP8QUANT_SCALE_PACKED_UE8M0 && !kUE8M0) {
               return cudaErrorInvalidValue;  // refused by the C API before it gets here
             } else {
-              constexpr int kTeamsPerBlock = Arch::kBlockThreads / (kGroupSize / kElemsPerThread);
+              constexpr int kTeam = kGroupSize / kElemsPerThread;
               constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>;
               problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
-              const dim3 grid((problem.units + kTeamsPerBlock - 1) / kTeamsPerBlock, problem.batch);
-              return launch_with_pdl(kernel, grid, dim3(Arch::kBlockThreads), stream, problem);
+              const int threads = block_threads<Arch, kTeam>(problem);
+              const int teams_per_block = threads / kTeam;
+              const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
+              return launch_with_pdl(kernel, grid, dim3(threads), stream, problem);
             }
           });
         });
