@@ -86,10 +86,10 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  *                        FP8QUANT_SCALE_PACKED_UE8M0.
  * @param group_size      32, 64 or 128.
  * @param eps             Lower bound of each group's amax; finite and > 0.
+ * @param stream          CUDA stream to enqueue on.
  *
  * At most `2^31 - 4097` groups per batch are launched, counting the padding rows of the
  * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`.
- * @param stream          CUDA stream to enqueue on.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(
     const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
