@@ -134,8 +134,9 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
   const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
 
-  // Locate this team's group and its addresses (worked out while the block waits: pinned, or
-  // the compiler would compute them after the wait)
+  // Locate this team's group and its addresses, while the block waits. The pin below keeps the
+  // front end from moving them past the wait; ptxas may still sink the last steps of dst and
+  // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
