@@ -175,7 +175,6 @@ __global__ void fill_random(uint16_t* x, size_t n, uint32_t seed) {
 }
 
 struct Sets {
-  int count;
   std::vector<void*> x, q, scale;
 };
 
@@ -256,27 +255,24 @@ int main(int argc, char** argv) {
     const int n = static_cast<int>(q_bytes / 16);
     for (const bool rotate : {true, false}) {
       const size_t set_bytes = x_bytes + q_bytes + scale_bytes;
-      Sets sets;
-      sets.count = rotate ? static_cast<int>(std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 2, 512)) : 1;
-      for (int i = 0; i < sets.count; ++i) {
-        sets.x.push_back(nullptr);
-        sets.q.push_back(nullptr);
-        sets.scale.push_back(nullptr);
+      const int count = rotate ? static_cast<int>(std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 2, 512)) : 1;
+      Sets sets{std::vector<void*>(count), std::vector<void*>(count), std::vector<void*>(count)};
+      for (int i = 0; i < count; ++i) {
         CHECK(cudaMalloc(&sets.x[i], x_bytes));
         CHECK(cudaMalloc(&sets.q[i], q_bytes));
         CHECK(cudaMalloc(&sets.scale[i], scale_bytes));
         fill_random<<<256, 256>>>(static_cast<uint16_t*>(sets.x[i]), x_bytes / 2, 1234u + i);
       }
       CHECK(cudaDeviceSynchronize());
-      const auto time = [&](auto call) { return time_chain(stream, sets.count, [&](int i) { call(stream, n, sets, i); }); };
-      std::printf("%6d %5s %5d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f", m, rotate ? "DRAM" : "L2", sets.count,
+      const auto time = [&](auto call) { return time_chain(stream, count, [&](int i) { call(stream, n, sets, i); }); };
+      std::printf("%6d %5s %5d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f", m, rotate ? "DRAM" : "L2", count,
                   time(launch<kEmpty>), time(launch<kCopy>), time(launch<kCopy | kPrefetch>),
                   time(launch<kCopy | kPrefetch | kScales>), time(launch<kCopy | kPrefetch | kScales | kDelay>),
                   time(launch<kCopy | kPrefetch | kMath>), time(launch<kCopy | kPrefetch | kMath | kRare>),
                   time(launch<kCopy | kPrefetch | kMath, 8>));
 #ifdef WITH_FP8QUANT
       const auto quant = [&](fp8quant_scale_layout_t layout, int ue8m0) {
-        return time_chain(stream, sets.count, [&](int i) {
+        return time_chain(stream, count, [&](int i) {
           const fp8quant_status_t st = fp8quant_per_token_group_quant(
               sets.x[i], FP8QUANT_DTYPE_BFLOAT16, 1, m, kK, int64_t{m} * kK, kK, sets.q[i], int64_t{m} * kK, kK,
               sets.scale[i], layout, ue8m0, kGroupSize, 1e-10f, stream);
@@ -291,7 +287,7 @@ int main(int argc, char** argv) {
 #endif
       std::printf("\n");
       std::fflush(stdout);
-      for (int i = 0; i < sets.count; ++i) {
+      for (int i = 0; i < count; ++i) {
         CHECK(cudaFree(sets.x[i]));
         CHECK(cudaFree(sets.q[i]));
         CHECK(cudaFree(sets.scale[i]));
