@@ -359,6 +359,15 @@ def compile_baseline(work: Workload) -> Callable | None:
     return compiled
 
 
+def method_text(rotation_mib: int) -> str:
+    """How the times were taken, for the report: rotated buffers, or one L2-resident set."""
+    if rotation_mib == 0:
+        inputs = "on one buffer set, so the input stays in L2 (as right after the layer that wrote it)"
+    else:
+        inputs = f"cycling through rotating buffer sets of at least {rotation_mib} MiB in all (at most {MAX_SETS} sets)"
+    return f"Time per call: a CUDA graph of N calls {inputs}, median of {REPLAYS} replays."
+
+
 def run_gpu(args: argparse.Namespace) -> Report:
     """Copy bandwidth first, then every shape in every format, with the baselines where asked."""
     device = torch.device("cuda", torch.cuda.current_device())
@@ -368,11 +377,7 @@ def run_gpu(args: argparse.Namespace) -> Report:
         device=torch.cuda.get_device_name(device),
         dtype=args.dtype,
         group_size=args.group_size,
-        method=(
-            "Time per call: a CUDA graph of N calls cycling through rotating buffer sets of at least "
-            f"{args.rotation_mib} MiB in all (at most {MAX_SETS} sets; 0: one set, L2-resident), "
-            f"median of {REPLAYS} replays."
-        ),
+        method=method_text(args.rotation_mib),
         copy_gbps=copy_gbps,
     )
     print(f"fp8quant {__version__} bench on {report.device} (torch {torch.__version__}, CUDA {torch.version.cuda})")

@@ -1,4 +1,4 @@
-"""The benchmark's command line: bad options are refused with a message naming them."""
+"""The benchmark's command line (bad options are refused with a message naming them) and report."""
 
 import pytest
 
@@ -42,3 +42,9 @@ def test_k_must_hold_whole_groups():
 def test_m_picks_the_shapes():
     assert bench.bench_shapes(False, [1, 4096], 2048) == [(1, 2048), (4096, 2048)]
     assert bench.bench_shapes(True)[0] == (1, bench.K_MAIN)
+
+
+def test_method_names_the_buffers_it_timed():
+    assert "at least 256 MiB in all" in bench.method_text(256)
+    l2 = bench.method_text(0)
+    assert "one buffer set" in l2 and "L2" in l2 and "MiB" not in l2
