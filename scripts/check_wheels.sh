@@ -5,7 +5,7 @@
 #      wheel for this interpreter;
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
-#      cuobjdump: sm_90a and sm_100a SASS in libfp8quant;
+#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, 90 quantization kernels each;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
 #   4. tests/consumer (C++) built against the wheel's CMake package and against a plain
@@ -57,8 +57,16 @@ for wheel in "$out"/wheelhouse/*.whl; do
   elfs=$("$cuobjdump" --list-elf "$out/unpacked/fp8quant/libfp8quant.so")
   echo "$(basename "$wheel"):"
   echo "$elfs"
-  for arch in sm_90a sm_100a; do
+  # the family cubin (sm_100f: every 10.x) is listed as sm_100; its ELF header names the family
+  "$cuobjdump" -elf "$out/unpacked/fp8quant/libfp8quant.so" | grep -qx "arch = sm_100f" ||
+    { echo "FAIL: the Blackwell cubin of $(basename "$wheel") is not sm_100f"; exit 1; }
+  for arch in sm_90a sm_100; do
     grep -q "\.$arch\.cubin" <<<"$elfs" || { echo "FAIL: no $arch SASS in $(basename "$wheel")"; exit 1; }
+    # One kernel per distinct instantiation: 3 dtypes x 3 group sizes x (row, column: ue8m0 x
+    # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels)
+    kernels=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_token_group_quant_kernel.*\.$arch\.")
+    [ "$kernels" -eq 90 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 90"; exit 1; }
+    echo "$arch: $kernels per_token_group_quant kernels"
   done
 done
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Validate fp8quant on a machine with an sm_90/sm_100 GPU, with fp8quant already installed in
-# the current Python: the C++ tests, the whole pytest suite, compute-sanitizer (memcheck,
-# racecheck) on representative launches, and the benchmark. Logs go to $LOGDIR (default
-# build/gpu-check). Stages can be picked: scripts/gpu_check.sh ctest pytest sanitize bench
+# Validate fp8quant on a machine with a compute capability 9.0 or 10.x GPU, with fp8quant
+# already installed in the current Python: the C++ tests, the whole pytest suite,
+# compute-sanitizer (memcheck, racecheck) on representative launches, and the benchmarks (device
+# time, eager host time). Logs go to $LOGDIR (default build/gpu-check). Stages can be picked:
+# scripts/gpu_check.sh ctest pytest sanitize bench
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 logdir=${LOGDIR:-build/gpu-check}
@@ -35,7 +36,8 @@ for stage in ${stages[*]}; do
       run sanitize-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
         build/gpu-ctest/tests/cpp/test_c_api ;;
     bench)
-      run bench python -m fp8quant bench --json "$logdir/bench.json" --markdown "$logdir/bench.md" ;;
+      run bench python -m fp8quant bench --json "$logdir/bench.json" --markdown "$logdir/bench.md"
+      run bench-host python -m fp8quant bench --host-overhead --markdown "$logdir/bench_host.md" ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment .venv and install fp8quant into it, built from this
-# checkout. Sourced by run.sh and test.sh; needs python3 >= 3.10 and a CUDA toolkit >= 12.8
+# checkout. Sourced by run.sh and test.sh; needs python3 >= 3.10 and a CUDA toolkit >= 12.9
 # (nvcc on PATH or CUDACXX set). Override the interpreter with PYTHON, the torch requirement
 # with TORCH_SPEC.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv with fp8quant, then run the C++ tests (ctest) and the Python tests (pytest)
-# against the installed package. GPU tests run where a sm_90/sm_100 GPU is present and are
+# against the installed package. GPU tests run where a compute capability 9.0 or 10.x GPU is present and are
 # skipped elsewhere.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/setup.sh"

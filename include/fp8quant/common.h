@@ -32,7 +32,7 @@ typedef enum fp8quant_status {
   FP8QUANT_SUCCESS = 0,                  /**< The work was enqueued on the stream. */
   FP8QUANT_ERROR_INVALID_ARGUMENT = 1,   /**< An argument is wrong; nothing was launched. */
   FP8QUANT_ERROR_NO_DEVICE = 2,          /**< No CUDA device (or no driver) is available. */
-  FP8QUANT_ERROR_UNSUPPORTED_DEVICE = 3, /**< The current device is neither sm_90 nor sm_100. */
+  FP8QUANT_ERROR_UNSUPPORTED_DEVICE = 3, /**< The current device is neither compute capability 9.0 nor 10.x. */
   FP8QUANT_ERROR_CUDA = 4,               /**< The CUDA runtime reported an error. */
 } fp8quant_status_t;
 
@@ -69,11 +69,31 @@ FP8QUANT_API int fp8quant_cuda_version(void);
  *
  * @param[out] major, minor  The device's compute capability, where not null (left untouched
  *                           when there is no device).
- * @return ::FP8QUANT_SUCCESS for compute capability 9.0 (sm_90a) or 10.0 (sm_100a),
- *         ::FP8QUANT_ERROR_UNSUPPORTED_DEVICE for any other, ::FP8QUANT_ERROR_NO_DEVICE without
- *         a device or driver, ::FP8QUANT_ERROR_CUDA if the query fails.
+ * @return ::FP8QUANT_SUCCESS for compute capability 9.0 (Hopper: sm_90a code) or any 10.x
+ *         (datacenter Blackwell such as B200 and B300: sm_100f code),
+ *         ::FP8QUANT_ERROR_UNSUPPORTED_DEVICE for any other (12.x Blackwell included),
+ *         ::FP8QUANT_ERROR_NO_DEVICE without a device or driver, ::FP8QUANT_ERROR_CUDA if the
+ *         query fails.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_check_device(int* major, int* minor);
+
+/**
+ * @brief Turn programmatic dependent launch (PDL) on or off for every later launch, in every
+ *        thread of the process.
+ *
+ * With PDL on (the default), a kernel may start while the previous kernel in its stream is
+ * finishing; it waits for that kernel's writes (`griddepcontrol.wait`) before it touches global
+ * memory. Turning it off launches every kernel plainly, one after the other: a switch for
+ * bisecting a corruption to fp8quant's launches. The results are the same either way. Setting
+ * the environment variable `FP8QUANT_PDL=0` before the library loads starts with PDL off.
+ *
+ * @param enabled  Nonzero to turn PDL on, zero to turn it off.
+ * @return The previous setting (1 on, 0 off).
+ */
+FP8QUANT_API int fp8quant_set_pdl(int enabled);
+
+/** @brief 1 if kernels launch with programmatic dependent launch, 0 if not (fp8quant_set_pdl()). */
+FP8QUANT_API int fp8quant_pdl_enabled(void);
 
 #ifdef __cplusplus
 }  // extern "C"

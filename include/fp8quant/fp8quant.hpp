@@ -41,7 +41,8 @@ inline fp8quant_scale_shape_t scale_shape(fp8quant_scale_layout_t layout, int64_
 
 /**
  * @brief Quantize a contiguous `x [m, k]` into a contiguous `q [m, k]` and `scale` (see
- *        fp8quant_per_token_group_quant() for every argument and the strided, batched form).
+ *        fp8quant_per_token_group_quant() for every argument and the strided, batched form;
+ *        `eps` must be finite and at least `FLT_MIN`).
  */
 inline void per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t m, int64_t k, void* q,
                                   void* scale, fp8quant_scale_layout_t scale_layout, int64_t group_size = 128,
@@ -49,6 +50,12 @@ inline void per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64
   check(fp8quant_per_token_group_quant(x, x_dtype, 1, m, k, 0, k, q, 0, k, scale, scale_layout, ue8m0 ? 1 : 0,
                                        group_size, eps, stream));
 }
+
+/** @brief fp8quant_set_pdl(): turn programmatic dependent launch on or off; returns the previous setting. */
+inline bool set_pdl(bool enabled) { return fp8quant_set_pdl(enabled ? 1 : 0) != 0; }
+
+/** @brief Whether kernels launch with programmatic dependent launch. */
+inline bool pdl_enabled() { return fp8quant_pdl_enabled() != 0; }
 
 }  // namespace fp8quant
 

@@ -64,17 +64,23 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  * @brief Quantize `x [batch, m, k]` to float8_e4m3fn in groups of `group_size` along k.
  *
  * Work is enqueued on `stream` of the current device; pointers must be device memory of that
- * device, and `q` and `scale` must not overlap each other or `x`. Arguments are validated first;
- * then, with `batch == 0` or `m == 0`, nothing is launched and no device is needed. A 16-byte-aligned `x` and `q`
- * (pointers and strides) take the vectorized path; other alignments take a slower element-wise
- * path with the same results.
+ * device. `q` and `scale` must not overlap each other or `x`: the byte ranges from each one's
+ * first to past its last element are compared. Arguments are validated first; then, with
+ * `batch == 0` or `m == 0`, nothing is launched and no device is needed. A 16-byte-aligned `x`
+ * and `q` (pointers and strides) take the vectorized path; other alignments take a slower
+ * element-wise path with the same results. Strides of a size-1 dimension (`x_row_stride` and
+ * `q_row_stride` when `m == 1`, the batch strides when `batch == 1`) are never used and may hold
+ * any value.
+ *
+ * The kernel waits for the previous kernel in the stream before it reads or writes global memory
+ * (programmatic dependent launch, see fp8quant_set_pdl()).
  *
  * @param x               Input, last dimension contiguous.
  * @param x_dtype         Element type of `x`.
  * @param batch           Number of batches (1 for 2-D input), in [0, 65535].
  * @param m               Rows per batch.
  * @param k               Elements per row; a positive multiple of `group_size`.
- * @param x_batch_stride  Elements between batches of `x`.
+ * @param x_batch_stride  Elements between batches of `x`, >= 0 (batches may overlap or repeat).
  * @param x_row_stride    Elements between rows of `x`, >= 0 (rows may overlap or repeat).
  * @param q               Output float8_e4m3fn values, last dimension contiguous.
  * @param q_batch_stride  Bytes between batches of `q`; batches must not overlap.
@@ -85,11 +91,14 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  * @param ue8m0           Nonzero: round scales up to powers of two. Required for
  *                        FP8QUANT_SCALE_PACKED_UE8M0.
  * @param group_size      32, 64 or 128.
- * @param eps             Lower bound of each group's amax; finite and > 0.
+ * @param eps             Lower bound of each group's amax; finite and at least the smallest
+ *                        normal float32, `FLT_MIN` (1.1754944e-38): below it `eps / 448` rounds
+ *                        to 0 and an all-zero group would quantize to NaN.
  * @param stream          CUDA stream to enqueue on.
  *
  * At most `2^31 - 4097` groups per batch are launched, counting the padding rows of the
- * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`.
+ * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`; `x`,
+ * `q` and each span at most `2^63 - 1` bytes.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(
     const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,

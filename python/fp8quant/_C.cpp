@@ -1,5 +1,7 @@
-// fp8quant._C: the C API over DLPack tensors. Any framework's CUDA tensors cross without a
-// copy (.noconvert()); shapes, dtypes and devices are checked here, the rest by the C API.
+// fp8quant._C: the C API for Python. The torch wrapper passes device addresses and strides (an
+// int each, the cheapest crossing); per_token_group_quant takes DLPack tensors of any framework
+// without a copy (.noconvert()), checks their shapes, dtypes and devices and hands the rest to
+// the C API, which judges every value.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -44,29 +46,48 @@ fp8quant_dtype_t input_dtype(const Tensor& x) {
   bad_arg("x: dtype must be bfloat16, float16 or float32");
 }
 
-// q [.., M, K]: the uint8 view of the float8_e4m3fn output, with x's shape; scale with the
-// layout's exact shape and strides, backed by the whole padded buffer (fp8quant_scale_shape's
-// numel): the kernel writes the padding rows past the view's last element.
+// The shape and strides of a DLPack tensor as "(a, b) with strides (c, d)".
+std::string describe(const Tensor& t) {
+  std::string shape, strides;
+  for (size_t i = 0; i < t.ndim(); ++i) {
+    shape += (i ? ", " : "") + std::to_string(t.shape(i));
+    strides += (i ? ", " : "") + std::to_string(t.stride(i));
+  }
+  return "shape (" + shape + ") with strides (" + strides + ")";
+}
+
+// Quantize through pointers and strides: the torch path's per-call entry (no DLPack import per
+// tensor). The arguments are fp8quant_per_token_group_quant's, which checks every one of them.
+void per_token_group_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t k,
+                               int64_t x_batch_stride, int64_t x_row_stride, uintptr_t q,
+                               int64_t q_batch_stride, int64_t q_row_stride, uintptr_t scale, int layout,
+                               bool ue8m0, int64_t group_size, float eps, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_per_token_group_quant(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, k, x_batch_stride,
+      x_row_stride, reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale),
+      static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0, group_size, eps,
+      reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+// The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
+// of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
+// backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
+// rows past the view's last element. Shapes and dtypes are checked first, then devices.
 void per_token_group_quant(Tensor x, Tensor q, Tensor scale, int layout, bool ue8m0,
                            int64_t group_size, float eps, uintptr_t stream) {
   const size_t nd = x.ndim();
-  if (nd != 2 && nd != 3) bad_arg("x: must be 2-D [M, K] or 3-D [B, M, K]");
+  if (nd != 2 && nd != 3) bad_arg("x: must be 2-D [M, K] or 3-D [B, M, K], got " + describe(x));
   const fp8quant_dtype_t dtype = input_dtype(x);
-  const int device_id = x.device_id();
-  check_cuda(x, "x", device_id);
-  check_cuda(q, "q", device_id);
-  check_cuda(scale, "scale", device_id);
-
   const int64_t batch = nd == 3 ? x.shape(0) : 1;
   const int64_t m = x.shape(nd - 2), k = x.shape(nd - 1);
-  if (m * k > 0 && x.stride(nd - 1) != 1) bad_arg("x: last dimension must be contiguous");
+  if (m * k > 0 && x.stride(nd - 1) != 1) bad_arg("x: last dimension must be contiguous, got " + describe(x));
 
   if (!is_dtype(q, dtype_code::UInt, 8)) bad_arg("q: dtype must be uint8 (a view of the float8_e4m3fn output)");
-  if (q.ndim() != nd) bad_arg("q: must have the shape of x");
-  for (size_t i = 0; i < nd; ++i) {
-    if (q.shape(i) != x.shape(i)) bad_arg("q: must have the shape of x");
-  }
-  if (m * k > 0 && q.stride(nd - 1) != 1) bad_arg("q: last dimension must be contiguous");
+  bool q_shape_ok = q.ndim() == nd;
+  for (size_t i = 0; q_shape_ok && i < nd; ++i) q_shape_ok = q.shape(i) == x.shape(i);
+  if (!q_shape_ok) bad_arg("q: must have the shape of x " + describe(x) + ", got " + describe(q));
+  if (m * k > 0 && q.stride(nd - 1) != 1) bad_arg("q: last dimension must be contiguous, got " + describe(q));
 
   const bool packed = layout == FP8QUANT_SCALE_PACKED_UE8M0;
   if (packed ? !is_dtype(scale, dtype_code::Int, 32) : !is_dtype(scale, dtype_code::Float, 32)) {
@@ -79,19 +100,26 @@ void per_token_group_quant(Tensor x, Tensor q, Tensor scale, int layout, bool ue
   const bool shape_ok = scale.ndim() == nd && scale.shape(nd - 2) == static_cast<size_t>(m) &&
                         scale.shape(nd - 1) == static_cast<size_t>(s.cols) &&
                         (nd == 2 || scale.shape(0) == static_cast<size_t>(batch));
-  if (!shape_ok) bad_arg("scale: wrong shape for this layout");
-  const bool strides_ok = m * s.cols == 0 ||
-                          ((m == 1 || scale.stride(nd - 2) == s.row_stride) &&
-                           (s.cols == 1 || scale.stride(nd - 1) == s.col_stride) &&
-                           (nd == 2 || batch == 1 || scale.stride(0) == s.batch_stride));
-  if (!strides_ok) bad_arg("scale: wrong strides for this layout");
+  const bool strides_ok = shape_ok && (m * s.cols == 0 ||
+                                       ((m == 1 || scale.stride(nd - 2) == s.row_stride) &&
+                                        (s.cols == 1 || scale.stride(nd - 1) == s.col_stride) &&
+                                        (nd == 2 || batch == 1 || scale.stride(0) == s.batch_stride)));
+  if (!strides_ok) {
+    const std::string b = nd == 3 ? std::to_string(batch) + ", " : "";
+    const std::string bs = nd == 3 ? std::to_string(s.batch_stride) + ", " : "";
+    bad_arg("scale: expected shape (" + b + std::to_string(m) + ", " + std::to_string(s.cols) + ") with strides (" +
+            bs + std::to_string(s.row_stride) + ", " + std::to_string(s.col_stride) + ") for this layout, got " +
+            describe(scale));
+  }
 
-  const fp8quant_status_t status = fp8quant_per_token_group_quant(
-      x.data(), dtype, batch, m, k, nd == 3 ? x.stride(0) : 0, x.stride(nd - 2), q.data(),
-      nd == 3 ? q.stride(0) : 0, q.stride(nd - 2), scale.data(),
-      static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0, group_size, eps,
-      reinterpret_cast<cudaStream_t>(stream));
-  if (status != FP8QUANT_SUCCESS) throw_status(status);
+  const int device_id = x.device_id();
+  check_cuda(x, "x", device_id);
+  check_cuda(q, "q", device_id);
+  check_cuda(scale, "scale", device_id);
+  per_token_group_quant_ptr(reinterpret_cast<uintptr_t>(x.data()), dtype, batch, m, k, nd == 3 ? x.stride(0) : 0,
+                            x.stride(nd - 2), reinterpret_cast<uintptr_t>(q.data()), nd == 3 ? q.stride(0) : 0,
+                            q.stride(nd - 2), reinterpret_cast<uintptr_t>(scale.data()), layout, ue8m0,
+                            group_size, eps, stream);
 }
 
 // (rows, cols, row_stride, col_stride, batch_stride, numel) of a layout.
@@ -118,6 +146,16 @@ NB_MODULE(_C, mod) {
           "CUDA toolkit version the library was built with, as CUDART_VERSION (13000 for 13.0)");
   mod.def("scale_shape", &scale_shape, nb::arg("layout"), nb::arg("batch"), nb::arg("m"),
           nb::arg("num_groups"));
+  mod.def("set_pdl", [](bool enabled) { return fp8quant_set_pdl(enabled ? 1 : 0) != 0; }, nb::arg("enabled"),
+          "Turn programmatic dependent launch on or off for every later launch; returns the previous setting");
+  mod.def("pdl_enabled", [] { return fp8quant_pdl_enabled() != 0; });
+  mod.def("per_token_group_quant_ptr", &per_token_group_quant_ptr, nb::arg("x"), nb::arg("x_dtype"),
+          nb::arg("batch"), nb::arg("m"), nb::arg("k"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"),
+          nb::arg("q"), nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"),
+          nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_per_token_group_quant on device addresses (x, q, scale), strides in elements of x and "
+          "bytes of q, and a CUDA stream address. The C API checks every argument; scale must point at the "
+          "whole padded buffer of its layout.");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

@@ -3,8 +3,6 @@ with the same message."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .layouts import check_scale_layout
@@ -47,5 +45,6 @@ def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
         raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and _FP32_TINY <= eps <= _FP32_MAX):
+    # Comparisons only (NaN fails both): math.isfinite cannot trace a symbolic float
+    if not (_FP32_TINY <= eps <= _FP32_MAX):
         raise ValueError(f"eps must be a positive float32 number (in [{_FP32_TINY}, {_FP32_MAX}]), got {eps!r}")

@@ -40,7 +40,7 @@ def cuda_version() -> tuple[int, int]:
     """(major, minor) of the CUDA toolkit the library was built with: its major version sets the
     oldest NVIDIA driver it runs on (CUDA 13: driver 580 or newer; CUDA 12: 525 or newer, and
     Blackwell GPUs need 570 or newer)."""
-    from .quant import _extension  # noqa: PLC0415 - the extension may be missing (source tree)
+    from ._ext import extension  # noqa: PLC0415 - the extension may be missing (source tree)
 
-    version = _extension().cuda_version()
+    version = extension().cuda_version()
     return version // 1000, version % 1000 // 10

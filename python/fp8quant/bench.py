@@ -473,6 +473,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"rotate through at least N MiB of buffers (default {ROTATION_BYTES >> 20}: L2 cannot help); "
         "0 times one buffer set, which stays in L2",
     )
+    parser.add_argument(
+        "--host-overhead",
+        action="store_true",
+        help="instead: host time per eager call (at M = the first --m, default 1; mn_tma unless --formats "
+        "names one format) beside torch's cast to float8 and other eager ops (GPU only)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
@@ -488,6 +494,10 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit(f"--m: M must be >= 1, got {min(args.m)}")
     if args.k < 1 or args.k % args.group_size:
         raise SystemExit(f"--k must be a positive multiple of --group-size ({args.group_size}), got {args.k}")
+    if args.host_overhead:
+        from .bench_host import run_host  # noqa: PLC0415 - it imports this module
+
+        return run_host(args)
     report = run_gpu(args) if torch.cuda.is_available() else run_cpu(args)
     print(report.table(), flush=True)
     if args.json:

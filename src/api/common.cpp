@@ -1,6 +1,10 @@
-// Library-wide C API: version, status names, per-thread error messages, device queries.
+// Library-wide C API: version, status names, per-thread error messages, device queries and the
+// programmatic-dependent-launch switch.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "common/device.hpp"
@@ -17,13 +21,34 @@ fp8quant_status_t set_error(fp8quant_status_t status, std::string message) {
   return status;
 }
 
+fp8quant_status_t no_kernel_for(const char* arg, int64_t value) {
+  return set_error(FP8QUANT_ERROR_INVALID_ARGUMENT,
+                   std::string(arg) + ": no kernel is compiled for value " + std::to_string(value));
+}
+
+fp8quant_status_t cuda_error(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return FP8QUANT_SUCCESS;
+  return set_error(FP8QUANT_ERROR_CUDA, std::string(what) + " failed: " + cudaGetErrorString(err));
+}
+
 fp8quant_status_t current_device(DeviceInfo* device) {
+  // A device's properties never change: each thread keeps those of the last device it asked for
+  thread_local int cached_ordinal = -1;
+  thread_local DeviceInfo cached{};
   int ordinal = 0;
   cudaError_t err = cudaGetDevice(&ordinal);
+  if (err == cudaSuccess && ordinal == cached_ordinal) {
+    *device = cached;
+    return FP8QUANT_SUCCESS;
+  }
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->major, cudaDevAttrComputeCapabilityMajor, ordinal);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->minor, cudaDevAttrComputeCapabilityMinor, ordinal);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&device->sm_count, cudaDevAttrMultiProcessorCount, ordinal);
-  if (err == cudaSuccess) return FP8QUANT_SUCCESS;
+  if (err == cudaSuccess) {
+    cached = *device;
+    cached_ordinal = ordinal;
+    return FP8QUANT_SUCCESS;
+  }
   cudaGetLastError();  // leave no sticky non-fatal error behind for the caller
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorInitializationError) {
     return set_error(FP8QUANT_ERROR_NO_DEVICE,
@@ -34,16 +59,31 @@ fp8quant_status_t current_device(DeviceInfo* device) {
 }
 
 fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch) {
-  // sm_90a and sm_100a code runs on exactly compute capability 9.0 and 10.0
-  if (device.minor == 0 && (device.major == 9 || device.major == 10)) {
+  // sm_90a code runs on compute capability 9.0 only; sm_100f code on the whole 10.x family
+  if ((device.major == 9 && device.minor == 0) || device.major == 10) {
     *arch = device.major;
     return FP8QUANT_SUCCESS;
   }
-  return set_error(FP8QUANT_ERROR_UNSUPPORTED_DEVICE,
-                   "fp8quant runs on sm_90a (Hopper, compute capability 9.0) and sm_100a (Blackwell, 10.0); "
-                   "the current device has compute capability " +
-                       std::to_string(device.major) + "." + std::to_string(device.minor));
+  std::string message =
+      "fp8quant runs on compute capability 9.0 (Hopper: sm_90a) and 10.x (datacenter Blackwell such as "
+      "B200 and B300: sm_100f); the current device has compute capability " +
+      std::to_string(device.major) + "." + std::to_string(device.minor);
+  if (device.major == 12) message += " (Blackwell GeForce/RTX PRO and DGX Spark parts are not built for)";
+  return set_error(FP8QUANT_ERROR_UNSUPPORTED_DEVICE, std::move(message));
 }
+
+namespace {
+// PDL setting: FP8QUANT_PDL=0 in the environment turns it off from the start.
+std::atomic<bool>& pdl_setting() {
+  static std::atomic<bool> enabled{[] {
+    const char* env = std::getenv("FP8QUANT_PDL");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }()};
+  return enabled;
+}
+}  // namespace
+
+bool pdl_enabled() { return pdl_setting().load(std::memory_order_relaxed); }
 
 }  // namespace fp8quant
 
@@ -67,6 +107,12 @@ const char* fp8quant_status_string(fp8quant_status_t status) {
 const char* fp8quant_last_error(void) { return fp8quant::last_error.c_str(); }
 
 int fp8quant_cuda_version(void) { return CUDART_VERSION; }
+
+int fp8quant_set_pdl(int enabled) {
+  return fp8quant::pdl_setting().exchange(enabled != 0, std::memory_order_relaxed) ? 1 : 0;
+}
+
+int fp8quant_pdl_enabled(void) { return fp8quant::pdl_enabled() ? 1 : 0; }
 
 fp8quant_status_t fp8quant_check_device(int* major, int* minor) {
   fp8quant::DeviceInfo device{};

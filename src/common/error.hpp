@@ -1,6 +1,8 @@
 // Error state of the C API: a status plus a per-thread message naming what was wrong.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <string>
 
 #include "fp8quant/common.h"
@@ -9,6 +11,9 @@ namespace fp8quant {
 
 // Record `message` as the calling thread's last error and return `status`.
 fp8quant_status_t set_error(fp8quant_status_t status, std::string message);
+
+// SUCCESS for cudaSuccess; otherwise record "<what> failed: <CUDA's message>" and return CUDA.
+fp8quant_status_t cuda_error(cudaError_t err, const char* what);
 
 }  // namespace fp8quant
 

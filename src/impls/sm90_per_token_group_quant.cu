@@ -13,7 +13,7 @@ struct Arch {
   static constexpr int kBlockThreads = FP8QUANT_SM90_BLOCK_THREADS;
 };
 
-cudaError_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream) {
+fp8quant_status_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream) {
   return kernels::launch_per_token_group_quant<Arch>(problem, stream);
 }
 

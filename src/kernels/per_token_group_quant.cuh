@@ -16,7 +16,8 @@
 // blocks of the first wave ask L2 to prefetch their part of x: with x in DRAM the loads after
 // the wait then find it in L2, and DRAM works through the gap between two kernels. A prefetch is
 // only a hint and cannot change what a load reads: L2 is where every SM's writes meet, so the
-// previous kernel's writes to x land in the prefetched lines.
+// previous kernel's writes to x land in the prefetched lines. Nothing else touches global memory
+// before the wait (docs/kernels.md: no store, not even of padding, before griddepcontrol.wait).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +26,7 @@
 #include <type_traits>
 
 #include "common/dispatch.hpp"
+#include "common/error.hpp"
 #include "common/fast_divisor.hpp"
 #include "common/math.cuh"
 #include "kernels/per_token_group_quant.hpp"
@@ -124,11 +126,11 @@ __device__ __forceinline__ float team_max(float v) {
   return v;
 }
 
-template <class Arch, typename T, int kGroupSize, fp8quant_scale_layout_t kLayout, bool kUE8M0, bool kAligned>
+template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
-  constexpr bool kPacked = kLayout == FP8QUANT_SCALE_PACKED_UE8M0;
+  constexpr bool kPacked = kOrder == ScaleOrder::kPacked;
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // front end from moving them past the wait; ptxas may still sink the last steps of dst and
   // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
-  const GroupPos pos = locate<row_tile(kLayout)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
+  const GroupPos pos = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   const int32_t col = kPacked ? pos.g / 4 : pos.g;
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
   Scale* scale_dst = static_cast<Scale*>(p.scale) + b * p.scale_batch_stride +
-                     (kLayout == FP8QUANT_SCALE_ROW ? static_cast<int64_t>(pos.m) * p.num_groups + col
+                     (kOrder == ScaleOrder::kRow ? static_cast<int64_t>(pos.m) * p.num_groups + col
                                                     : static_cast<int64_t>(col) * p.rows + pos.m);
   asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
 
@@ -234,20 +236,23 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 }
 
 // Launch with programmatic stream serialization (the kernel may start while the previous kernel
-// in the stream finishes); where the launch refuses the attribute, launch plainly.
+// in the stream finishes) when problem.pdl allows it; where the launch refuses the attribute,
+// launch plainly.
 template <typename Kernel>
 cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const QuantProblem& problem) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
-  cudaGetLastError();  // not sticky: clear it and try without the attribute
+  if (problem.pdl) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
+    cudaGetLastError();  // not sticky: clear it and try without the attribute
+  }
   kernel<<<grid, block, 0, stream>>>(problem);
   return cudaGetLastError();
 }
@@ -284,23 +289,23 @@ int block_threads(const QuantProblem& p) {
 
 // Launch the kernel instantiated for `problem` on `stream`.
 template <class Arch>
-cudaError_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStream_t stream) {
+fp8quant_status_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStream_t stream) {
   QuantProblem problem = problem_in;
   return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
     return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
-      return FP8QUANT_DISPATCH_SCALE_LAYOUT(problem.layout, kLayout, [&] {
+      return FP8QUANT_DISPATCH_SCALE_ORDER(problem.layout, kOrder, [&] {
         return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
           return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
-            if constexpr (kLayout == FP8QUANT_SCALE_PACKED_UE8M0 && !kUE8M0) {
-              return cudaErrorInvalidValue;  // refused by the C API before it gets here
+            if constexpr (kOrder == ScaleOrder::kPacked && !kUE8M0) {
+              return no_kernel_for("ue8m0", 0);  // packed scales are UE8M0: the C API refuses this
             } else {
               constexpr int kTeam = kGroupSize / kElemsPerThread;
-              constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kLayout, kUE8M0, kAligned>;
+              constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned>;
               problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
               const int threads = block_threads<Arch, kTeam>(problem);
               const int teams_per_block = threads / kTeam;
               const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
-              return launch_with_pdl(kernel, grid, dim3(threads), stream, problem);
+              return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem), "kernel launch");
             }
           });
         });

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/fast_divisor.hpp"
+#include "common/scale_order.hpp"
 #include "fp8quant/quant.h"
 
 namespace fp8quant {
@@ -33,13 +34,14 @@ struct QuantProblem {
   int32_t group_size;
   bool ue8m0;
   bool aligned;  // x and q pointers and strides allow 16-byte accesses
+  bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-// Rows of scales one warp's teams share: the mn layouts order teams in tiles of four rows, m
-// fastest, so that a warp stores four consecutive scales of a column; row and packed go row by row.
-constexpr int32_t row_tile(fp8quant_scale_layout_t layout) {
-  return layout == FP8QUANT_SCALE_MN || layout == FP8QUANT_SCALE_MN_TMA ? 4 : 1;
-}
+// Rows of scales one warp's teams share: column-ordered scales (mn, mn_tma) order teams in tiles
+// of four rows, m fastest, so that a warp stores four consecutive scales of a column; row and
+// packed go row by row.
+constexpr int32_t row_tile(ScaleOrder order) { return order == ScaleOrder::kColumn ? 4 : 1; }
+constexpr int32_t row_tile(fp8quant_scale_layout_t layout) { return row_tile(scale_order(layout)); }
 
 // Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles.
 constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64_t slots) {
@@ -47,11 +49,11 @@ constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64
 }
 
 namespace sm90 {
-cudaError_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
+fp8quant_status_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
 }  // namespace sm90
 
 namespace sm100 {
-cudaError_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
+fp8quant_status_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
 }  // namespace sm100
 
 }  // namespace fp8quant

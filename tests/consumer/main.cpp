@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   constexpr int64_t kGroupSize = 128;
   std::printf("fp8quant %d, built with CUDA %d\n", fp8quant_version(), fp8quant_cuda_version());
 
-  // Device: sm_90a or sm_100a
+  // Device: compute capability 9.0 (sm_90a) or 10.x (sm_100f)
   int major = 0, minor = 0;
   if (const fp8quant_status_t st = fp8quant_check_device(&major, &minor); st != FP8QUANT_SUCCESS) {
     return fail(st, "fp8quant_check_device");

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,16 +22,20 @@ int failures = 0;
     }                                                                      \
   } while (0)
 
+// Addresses far enough apart for the buffers of every call below, 256-byte aligned. Never
+// dereferenced by a failing call: validation fails (or M == 0 returns) before any device access.
+const void* const kX = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+void* const kQ = reinterpret_cast<void*>(uintptr_t{2} << 20);
+void* const kScale = reinterpret_cast<void*>(uintptr_t{3} << 20);
+
 // A well-formed call for 2-D bf16 input; each test breaks one argument.
 struct Call {
-  // Never dereferenced: validation fails (or M == 0 returns) before any device access.
-  alignas(16) unsigned char storage[64];
-  const void* x = storage;
+  const void* x = kX;
   fp8quant_dtype_t dtype = FP8QUANT_DTYPE_BFLOAT16;
   int64_t batch = 1, m = 4, k = 256, x_batch_stride = 0, x_row_stride = 256;
-  void* q = storage;
+  void* q = kQ;
   int64_t q_batch_stride = 0, q_row_stride = 256;
-  void* scale = storage;
+  void* scale = kScale;
   fp8quant_scale_layout_t layout = FP8QUANT_SCALE_MN_TMA;
   int ue8m0 = 0;
   int64_t group_size = 128;
@@ -54,12 +59,50 @@ void expect_invalid(const Call& call, const char* arg) {
   }
 }
 
+bool has_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// The call passes validation: without a GPU it reports NO_DEVICE; with one it runs on device
+// buffers at the same offsets from kX, kQ and kScale (1 MiB each, zero-filled).
+void expect_accepted(Call call, const char* what) {
+  fp8quant_status_t st;
+  if (!has_gpu()) {
+    st = call.run();
+    if (st == FP8QUANT_ERROR_NO_DEVICE) return;
+  } else {
+    char* buf = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&buf), 3 << 20);
+    cudaMemset(buf, 0, 3 << 20);
+    const auto rebase = [&](const void* p) { return buf + (reinterpret_cast<uintptr_t>(p) - (uintptr_t{1} << 20)); };
+    call.x = rebase(call.x);
+    call.q = rebase(call.q);
+    call.scale = rebase(call.scale);
+    st = call.run();
+    if (cudaDeviceSynchronize() != cudaSuccess) st = FP8QUANT_ERROR_CUDA;
+    cudaFree(buf);
+    if (st == FP8QUANT_SUCCESS || st == FP8QUANT_ERROR_UNSUPPORTED_DEVICE) return;
+  }
+  std::fprintf(stderr, "%s: expected the call to pass validation, got %s: '%s'\n", what, fp8quant_status_string(st),
+               fp8quant_last_error());
+  ++failures;
+}
+
+// The last error contains `text`.
+void expect_message_has(const std::string& text) {
+  if (std::string(fp8quant_last_error()).find(text) == std::string::npos) {
+    std::fprintf(stderr, "expected '%s' in the message '%s'\n", text.c_str(), fp8quant_last_error());
+    ++failures;
+  }
+}
+
 void test_statuses() {
   EXPECT(fp8quant_version() == 100);
   EXPECT(std::strcmp(fp8quant_status_string(FP8QUANT_SUCCESS), "FP8QUANT_SUCCESS") == 0);
   EXPECT(std::strcmp(fp8quant_status_string(FP8QUANT_ERROR_NO_DEVICE), "FP8QUANT_ERROR_NO_DEVICE") == 0);
   EXPECT(std::strcmp(fp8quant_status_string(static_cast<fp8quant_status_t>(99)), "FP8QUANT_UNKNOWN_STATUS") == 0);
-  EXPECT(fp8quant_cuda_version() >= 12080 && fp8quant_cuda_version() % 10 == 0);
+  EXPECT(fp8quant_cuda_version() >= 12090 && fp8quant_cuda_version() % 10 == 0);
 }
 
 void test_scale_shape() {
@@ -101,8 +144,8 @@ void test_validation() {
   c = Call(), c.x = nullptr, expect_invalid(c, "x");
   c = Call(), c.q = nullptr, expect_invalid(c, "q");
   c = Call(), c.scale = nullptr, expect_invalid(c, "scale");
-  c = Call(), c.x = c.storage + 1, expect_invalid(c, "x");
-  c = Call(), c.scale = c.storage + 2, expect_invalid(c, "scale");
+  c = Call(), c.x = static_cast<const char*>(kX) + 1, expect_invalid(c, "x");
+  c = Call(), c.scale = static_cast<char*>(kScale) + 2, expect_invalid(c, "scale");
   c = Call(), c.x_row_stride = -256, expect_invalid(c, "x_row_stride");
   c = Call(), c.q_row_stride = 128, expect_invalid(c, "q_row_stride");
   c = Call(), c.batch = 2, c.q_batch_stride = 256, expect_invalid(c, "q_batch_stride");
@@ -114,6 +157,69 @@ void test_validation() {
   EXPECT(c.run() == FP8QUANT_SUCCESS);
   c = Call(), c.batch = 0;
   EXPECT(c.run() == FP8QUANT_SUCCESS);
+}
+
+// eps below the smallest normal float32 makes eps / 448 zero, and an all-zero group 0 / 0 = NaN
+void test_eps_floor() {
+  Call c;
+  c.eps = 1e-45f, expect_invalid(c, "eps");
+  expect_message_has("got 1e-45");
+  expect_message_has("1.1754944e-38");
+  c.eps = 1e-39f, expect_invalid(c, "eps");  // subnormal
+  c.eps = 3e-43f, expect_invalid(c, "eps");
+  c.eps = std::numeric_limits<float>::min(), expect_accepted(c, "eps = FLT_MIN");
+  c.eps = std::numeric_limits<float>::max(), expect_accepted(c, "eps = FLT_MAX");
+  c.eps = std::numeric_limits<float>::quiet_NaN(), expect_invalid(c, "eps");
+}
+
+// The group-limit message gives the number it checked: the launched slots, padding included
+void test_group_limit_message() {
+  Call c;
+  c.layout = FP8QUANT_SCALE_PACKED_UE8M0, c.ue8m0 = 1, c.k = 128;  // G = 1 group, 4 slots a row
+  c.m = (int64_t{1} << 29) + 1;                                    // align(m, 4) = 2^29 + 4
+  expect_invalid(c, "m");
+  expect_message_has(std::to_string(4 * ((int64_t{1} << 29) + 4)));  // 2147483664, not m * G
+}
+
+// x's strides are checked like q's; strides of size-1 dimensions are never used
+void test_strides() {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Call c;
+  c.batch = 2, c.x_batch_stride = -1, c.q_batch_stride = 1024, expect_invalid(c, "x_batch_stride");
+  c = Call(), c.m = 2, c.x_row_stride = kMax / 2, expect_invalid(c, "x_row_stride");  // x 2 bytes each
+  c = Call(), c.batch = 2, c.q_batch_stride = 1024, c.x_batch_stride = kMax / 2 - 1, expect_invalid(c, "x_batch_stride");
+  c = Call(), c.batch = 3, c.q_batch_stride = kMax / 2, expect_invalid(c, "q_batch_stride");
+  c = Call(), c.m = 3, c.q_row_stride = kMax / 2, expect_invalid(c, "q_row_stride");
+  // Unused strides may be anything (DLPack producers report some as 0 or negative)
+  c = Call(), c.m = 1, c.x_row_stride = -7, c.q_row_stride = -9, expect_accepted(c, "m = 1, negative row strides");
+  c = Call(), c.batch = 1, c.x_batch_stride = -3, c.q_batch_stride = -5, expect_accepted(c, "batch = 1, negative batch strides");
+  c = Call(), c.m = 1, c.x_row_stride = kMax, c.q_row_stride = kMax, expect_accepted(c, "m = 1, huge row strides");
+  // Rows of x may repeat (stride 0); batches of x too
+  c = Call(), c.x_row_stride = 0, expect_accepted(c, "x_row_stride = 0");
+  c = Call(), c.batch = 2, c.x_batch_stride = 0, c.q_batch_stride = 1024, expect_accepted(c, "x_batch_stride = 0");
+}
+
+// Outputs must not share bytes with x or with each other (the byte ranges first..last element)
+void test_overlap() {
+  Call c;
+  c.q = const_cast<void*>(kX), expect_invalid(c, "q");
+  expect_message_has("overlaps x");
+  c = Call(), c.q = static_cast<char*>(const_cast<void*>(kX)) + 2046, expect_invalid(c, "q");  // x: 2048 bytes
+  c = Call(), c.q = static_cast<char*>(const_cast<void*>(kX)) + 2048, expect_accepted(c, "q right after x");
+  c = Call(), c.scale = static_cast<char*>(kQ) + 1020, expect_invalid(c, "scale");  // q: 1024 bytes
+  expect_message_has("overlaps q");
+  c = Call(), c.scale = const_cast<void*>(kX), expect_invalid(c, "scale");
+  expect_message_has("overlaps x");
+  c = Call(), c.scale = static_cast<char*>(kQ) + 1024, expect_accepted(c, "scale right after q");
+}
+
+void test_pdl_switch(int expected_default) {
+  EXPECT(fp8quant_pdl_enabled() == expected_default);
+  EXPECT(fp8quant_set_pdl(0) == expected_default);
+  EXPECT(fp8quant_pdl_enabled() == 0);
+  EXPECT(fp8quant_set_pdl(7) == 0);
+  EXPECT(fp8quant_pdl_enabled() == 1);
+  fp8quant_set_pdl(expected_default);
 }
 
 // bf16 bit pattern of a float that bf16 holds exactly.
@@ -169,10 +275,17 @@ bool test_launch() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // --pdl-default=0: run with FP8QUANT_PDL=0 in the environment (a ctest of its own)
+  const int pdl_default = argc > 1 && std::strcmp(argv[1], "--pdl-default=0") == 0 ? 0 : 1;
   test_statuses();
   test_scale_shape();
   test_validation();
+  test_eps_floor();
+  test_group_limit_message();
+  test_strides();
+  test_overlap();
+  test_pdl_switch(pdl_default);
   const bool launched = test_launch();
   if (failures) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);

@@ -38,7 +38,19 @@ int main() {
   } catch (const fp8quant::Error& e) {
     expect(std::strstr(e.what(), "m: must be >= 0") != nullptr, "scale_shape message names m");
   }
+  try {  // the C API's eps floor holds for the wrapper's default arguments too
+    fp8quant::per_token_group_quant(buf, FP8QUANT_DTYPE_BFLOAT16, 4, 256, buf, buf, FP8QUANT_SCALE_ROW, 128, false, 1e-45f);
+    expect(false, "eps 1e-45 throws");
+  } catch (const fp8quant::Error& e) {
+    expect(std::strstr(e.what(), "eps: must be finite and at least the smallest normal float32") != nullptr,
+           "eps message");
+  }
   fp8quant::per_token_group_quant(nullptr, FP8QUANT_DTYPE_FLOAT32, 0, 128, nullptr, nullptr, FP8QUANT_SCALE_MN);
+
+  const bool before = fp8quant::set_pdl(false);
+  expect(!fp8quant::pdl_enabled(), "set_pdl(false) turns PDL off");
+  expect(!fp8quant::set_pdl(before), "set_pdl returns the previous setting");
+  expect(fp8quant::pdl_enabled() == before, "and restores it");
 
   if (failures) return 1;
   std::printf("all C++ layer checks passed\n");

@@ -1,15 +1,18 @@
 """Shared pytest setup: tests marked ``@pytest.mark.gpu`` (marker declared in pyproject.toml)
-are skipped unless a CUDA device of compute capability 9.0 or 10.0 (the chips the sm_90a and
-sm_100a builds run on) is present."""
+are skipped unless a CUDA device of compute capability 9.0 or 10.x (the chips the sm_90a and
+sm_100f builds run on) is present; ``gen``, a CUDA generator seeded from the test's id."""
 
 from __future__ import annotations
 
 import functools
+import zlib
 
 import pytest
 import torch
 
-SUPPORTED_CAPABILITIES = ((9, 0), (10, 0))
+
+def supported(major: int, minor: int) -> bool:
+    return (major, minor) == (9, 0) or major == 10
 
 
 @functools.cache
@@ -18,8 +21,8 @@ def gpu_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU (torch.cuda.is_available() is False)"
     major, minor = torch.cuda.get_device_capability()
-    if (major, minor) not in SUPPORTED_CAPABILITIES:
-        return f"needs compute capability 9.0 or 10.0, this device is {major}.{minor}"
+    if not supported(major, minor):
+        return f"needs compute capability 9.0 or 10.x, this device is {major}.{minor}"
     return None
 
 
@@ -33,3 +36,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason=reason)
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def gen(request) -> torch.Generator:
+    """A CUDA generator seeded from the test id: reproducible, different per test."""
+    return torch.Generator(device="cuda").manual_seed(zlib.crc32(request.node.nodeid.encode()))

@@ -1,6 +1,7 @@
 """The benchmark's command line (bad options are refused with a message naming them) and report."""
 
 import pytest
+import torch
 
 from fp8quant import bench
 from fp8quant.__main__ import build_parser
@@ -48,3 +49,11 @@ def test_method_names_the_buffers_it_timed():
     assert "at least 256 MiB in all" in bench.method_text(256)
     l2 = bench.method_text(0)
     assert "one buffer set" in l2 and "L2" in l2 and "MiB" not in l2
+
+
+def test_host_overhead_needs_a_gpu():
+    args = build_parser().parse_args(["bench", "--host-overhead"])
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the GPU suite runs the host-overhead mode")
+    with pytest.raises(SystemExit, match=r"^--host-overhead times eager calls on a CUDA GPU; none was found$"):
+        args.run(args)

@@ -172,3 +172,21 @@ def test_compiled_public_out_padded_layout_is_refused(layout):
     x, q, s = randn(5, 384), torch.empty(5, 384, dtype=FP8), empty_scale(layout, 5, 3)
     with pytest.raises(Exception, match="cannot be compiled"):
         torch.compile(_public_out(layout), fullgraph=True, backend="aot_eager")(x, q, s)
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+@pytest.mark.parametrize("layout", ["mn_tma", "packed_ue8m0"])
+def test_compiled_dynamic_shapes(layout, dynamic):
+    """dynamic=True (eps a symbolic float, M symbolic) and automatic dynamic shapes (a second M
+    recompiles with a symbolic M): the checks trace, the strides stay the layout's."""
+
+    def fn(x, eps):
+        return per_token_group_quant(x, 128, scale_layout=layout, eps=eps)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for m, eps in ((5, 1e-4), (6, 1e-10), (9, 1e-4)):
+        x = randn(m, 384, seed=m)
+        q, s = compiled(x, eps)
+        ref_q, ref_s = reference.per_token_group_quant(x, 128, scale_layout=layout, eps=eps)
+        assert_equal_outputs(q, s, ref_q, ref_s)
+        assert torch.equal(full_buffer(s), full_buffer(ref_s))

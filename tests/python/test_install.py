@@ -13,7 +13,7 @@ from fp8quant.__main__ import main
 
 PACKAGE = Path(fp8quant.__file__).resolve().parent
 INSTALLED = (PACKAGE / "lib" / "cmake" / "fp8quant").is_dir()  # False in a source checkout
-HAS_EXTENSION = fp8quant.quant._C is not None
+HAS_EXTENSION = fp8quant._ext._C is not None
 
 
 @pytest.mark.skipif(not INSTALLED, reason="fp8quant runs from a source checkout: no C++ package inside")

@@ -8,7 +8,7 @@ import torch
 
 import fp8quant
 from fp8quant import empty_scale, scale_spec
-from fp8quant.quant import _C
+from fp8quant._ext import _C
 
 LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 MS = (0, 1, 3, 4, 5, 127, 129)

@@ -1,46 +1,50 @@
 """GPU tests of ``fp8quant.per_token_group_quant``: the CUDA kernel must be bit-identical to
 ``fp8quant.reference.per_token_group_quant`` called with the same arguments (SPEC.md).
 
-Every comparison is on raw bytes: q through ``.view(torch.uint8)``, scales through the *whole*
-buffer behind the scale view (the padding rows of the TMA layouts included) as int32, so NaNs,
-signed zeros and unwritten padding all show. Outputs passed with ``out=`` are pre-filled with a
-poison pattern (0xA5 bytes in q, the NaN 0x7FC0DEAD in scales) and surrounded by poisoned guard
-bytes, so a byte the kernel forgets to write, or writes out of bounds, fails the test. The
-allocating path (``out=None``) is run after handing poisoned blocks of the same sizes back to
-the caching allocator, so forgotten padding shows there too.
+The checks come from the shared harness (gpu_harness.py): raw bytes compared, q as uint8 and
+scales over the *whole* buffer behind the scale view (padding rows included); ``out=`` buffers
+poisoned (0xA5 bytes in q, the NaN 0x7FC0DEAD in scales) with poisoned guards around them; the
+allocating path run over a dirtied caching allocator; side streams and CUDA graphs.
 
 Covered: every scale format x dtype x group size over many shapes (the full cross product for
 bf16 groups of 128, a reduced one elsewhere); 3-D input; special values (signed zeros, NaNs,
 infinities, subnormals, exact 448*2^k maxima, e4m3 rounding ties, eps-dominated groups); scales
 below 2^-90 where the kernel leaves its fast division; every finite bf16/fp16 bit pattern;
 random fp32 mantissas against the fast division; misaligned and strided x and q; empty input;
-large M (grid limits) and more than 2^31 elements; streams; CUDA graphs; torch.compile; an
-end-to-end torch._scaled_mm consumer check; and error reporting on the GPU path.
+large M (grid limits) and more than 2^31 elements; streams; CUDA graphs and programmatic
+dependent launch on and off; torch.compile in every dynamic-shape mode; the eager host overhead;
+an end-to-end torch._scaled_mm consumer check; and error reporting on the GPU path. (The PDL
+race itself, a producer that writes x late, is tests/cpp/test_pdl.cu.)
 
-All tests are marked ``gpu``: conftest.py skips them without an sm_90 / sm_100 device.
-The whole file takes about one to two minutes on an H200 (torch.compile dominates).
+All tests are marked ``gpu``: conftest.py skips them without a compute capability 9.0 or 10.x
+device. The whole file takes a few minutes on an H200 (torch.compile dominates).
 """
-
 from __future__ import annotations
 
 import functools
 import math
-import zlib
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 import fp8quant
 from fp8quant import SCALE_FORMATS as FORMATS, reference
-from fp8quant.quant import _LAYOUT_CODES, _extension
+from fp8quant.quant import _LAYOUT_CODES, _extension, _quant as QUANT
+from gpu_harness import (
+    FP8,
+    WORD_POISON,
+    PoisonedOutputs,
+    assert_bitwise_equal,
+    bits,
+    check_graph,
+    check_op,
+    check_side_stream,
+    pdl_setting,
+)
 
 pytestmark = pytest.mark.gpu
 
-FP8 = torch.float8_e4m3fn
-Q_POISON = 0xA5  # a byte the kernel is never asked to leave in q
-SCALE_POISON = 0x7FC0DEAD  # a NaN as float32; never a valid scale or packed word here
-GUARD = 64  # poisoned elements before and after every out= buffer (keeps 16-byte alignment)
+SCALE_POISON = WORD_POISON  # a NaN as float32; never a valid scale or packed word here
 DEFAULT_EPS = 1e-10
 F32_TINY = torch.finfo(torch.float32).tiny  # 2^-126, the smallest eps the API accepts
 FAST_DIV_MIN_SCALE = 2.0**-90  # below this scale the kernel divides with __fdiv_rn
@@ -64,78 +68,17 @@ FEW_FORMATS = format_params((("row", False), ("mn_tma", True), ("packed_ue8m0", 
 
 
 # --------------------------------------------------------------------------------------------
-# Helpers: bits, comparisons, poisoned outputs
+# The op through the harness (gpu_harness.py): quantization-specific wrappers
 # --------------------------------------------------------------------------------------------
-
-_BITS_DTYPE = {
-    FP8: torch.uint8,
-    torch.uint8: torch.uint8,
-    torch.float32: torch.int32,
-    torch.int32: torch.int32,
-    torch.bfloat16: torch.int16,
-    torch.float16: torch.int16,
-    torch.int16: torch.int16,
-}
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """``t`` reinterpreted as integers of its width (a view: strides are kept)."""
-    return t.view(_BITS_DTYPE[t.dtype])
-
-
-def _describe(value: torch.Tensor, dtype: torch.dtype) -> str:
-    """One element (0-d tensor of ``dtype``) as hex bits and value."""
-    b = int(bits(value).item())
-    if dtype in (FP8, torch.uint8):
-        v = torch.tensor([b & 0xFF], dtype=torch.uint8).view(FP8).float().item()
-        return f"0x{b & 0xFF:02X} ({v!r})"
-    if dtype == torch.int32:  # packed UE8M0 word: four bytes, group 4p first
-        b &= 0xFFFFFFFF
-        return f"0x{b:08X} (UE8M0 bytes {[(b >> (8 * j)) & 0xFF for j in range(4)]})"
-    width = 32 if dtype == torch.float32 else 16
-    b &= (1 << width) - 1
-    return f"0x{b:0{width // 4}X} ({value.float().item()!r})"
-
-
-def _locate(spec: fp8quant.ScaleSpec, index: int) -> str:
-    """Where flat element ``index`` of a scale buffer sits: batch, row and column."""
-    block = spec.rows * spec.cols
-    b, r = divmod(index, block)
-    if spec.layout == "row":
-        m, c = divmod(r, spec.cols)
-    else:
-        c, m = divmod(r, spec.rows)
-    pad = " (a padding row)" if m >= spec.shape[-2] else ""
-    return f"batch {b}, row {m}, column {c}{pad}"
-
-
-def assert_bitwise_equal(actual, expected, what, *, x=None, spec=None, value_dtype=None) -> None:
-    """Fail with the first differing index and both values unless the bits are identical.
-
-    ``x``: the input, reported at the index (q comparisons); ``spec``: the scale geometry, to
-    translate a flat buffer index; ``value_dtype``: how to print the elements.
-    """
-    value_dtype = value_dtype or actual.dtype
-    a, e = bits(actual), bits(expected).to(actual.device)
-    assert a.shape == e.shape, f"{what}: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
-    differ = a != e
-    if not bool(differ.any()):
-        return
-    where = differ.nonzero()
-    first = tuple(where[0].tolist())
-    msg = (
-        f"{what}: {where.shape[0]} of {a.numel()} elements differ; first at index {first}: "
-        f"got {_describe(a[first], value_dtype)}, expected {_describe(e[first], value_dtype)}"
-    )
-    if x is not None and tuple(x.shape) == tuple(a.shape):
-        msg += f"; input there {_describe(x[first], x.dtype)}"
-    if spec is not None and len(first) == 1:
-        msg += f"; {_locate(spec, first[0])}"
-    raise AssertionError(msg)
 
 
 def spec_of(x: torch.Tensor, group_size: int, layout: str) -> fp8quant.ScaleSpec:
     return fp8quant.scale_spec(layout, x.shape[-2], x.shape[-1] // group_size, tuple(x.shape[:-2]))
+
+
+def buffers_of(x, group_size, layout, ue8m0=False, eps=DEFAULT_EPS):
+    """The op's declared output geometry: (q, scale buffer)."""
+    return QUANT.buffers(x, group_size, layout, ue8m0, eps)
 
 
 def full_buffer(scale: torch.Tensor, spec: fp8quant.ScaleSpec) -> torch.Tensor:
@@ -143,12 +86,28 @@ def full_buffer(scale: torch.Tensor, spec: fp8quant.ScaleSpec) -> torch.Tensor:
     return bits(scale.as_strided((spec.numel,), (1,)))
 
 
+def locator(spec: fp8quant.ScaleSpec):
+    """Where flat element ``index`` of a scale buffer sits: batch, row and column."""
+
+    def locate(index: int) -> str:
+        block = spec.rows * spec.cols
+        b, r = divmod(index, block)
+        if spec.layout == "row":
+            m, c = divmod(r, spec.cols)
+        else:
+            c, m = divmod(r, spec.rows)
+        pad = " (a padding row)" if m >= spec.shape[-2] else ""
+        return f"batch {b}, row {m}, column {c}{pad}"
+
+    return locate
+
+
 def compare_outputs(q, scale, ref_q, ref_scale, spec, x, label: str) -> None:
     assert_bitwise_equal(q, ref_q, f"{label}: q", x=x)
     assert_bitwise_equal(
         full_buffer(scale, spec), full_buffer(ref_scale, spec), f"{label}: scale buffer",
-        spec=spec, value_dtype=spec.dtype,
-    )
+        locate=locator(spec), value_dtype=spec.dtype,
+    )  # fmt: skip
 
 
 def check_geometry(q: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, spec) -> None:
@@ -161,49 +120,9 @@ def check_geometry(q: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, spec) 
     assert scale.untyped_storage().nbytes() >= need, "scale buffer does not hold its padding"
 
 
-@dataclass
-class PoisonedOutputs:
-    """out= tensors inside poisoned buffers with guard bytes around them.
-
-    ``q`` may be row-strided (``q_row_pad`` extra bytes a row) and start ``q_offset`` bytes
-    after a 16-byte boundary; ``scale`` views a guarded int32 buffer with the layout's strides.
-    """
-
-    q: torch.Tensor
-    scale: torch.Tensor
-    q_buf: torch.Tensor  # uint8
-    scale_buf: torch.Tensor  # int32
-    spec: fp8quant.ScaleSpec
-
-    @classmethod
-    def new(cls, x, group_size, layout, *, q_row_pad=0, q_offset=0) -> PoisonedOutputs:
-        spec = spec_of(x, group_size, layout)
-        k = x.shape[-1]
-        rows = x.numel() // k
-        row_stride = k + q_row_pad
-        q_buf = torch.full((2 * GUARD + q_offset + rows * row_stride,), Q_POISON, dtype=torch.uint8, device=x.device)
-        q_strides = (x.shape[-2] * row_stride, row_stride, 1)[-x.dim():]
-        q = q_buf.view(FP8).as_strided(x.shape, q_strides, GUARD + q_offset)
-        scale_buf = torch.full((spec.numel + 2 * GUARD,), SCALE_POISON, dtype=torch.int32, device=x.device)
-        scale = scale_buf.view(spec.dtype).as_strided(spec.shape, spec.stride, GUARD)
-        return cls(q, scale, q_buf, scale_buf, spec)
-
-    def assert_nothing_written_outside(self) -> None:
-        """Bytes of the buffers that q and the scale buffer do not cover are still poison."""
-        covered = torch.zeros_like(self.q_buf, dtype=torch.bool)
-        covered.as_strided(self.q.shape, self.q.stride(), self.q.storage_offset()).fill_(True)
-        outside = self.q_buf[~covered]
-        assert bool((outside == Q_POISON).all()), "the kernel wrote q bytes outside q"
-        s = self.scale_buf
-        assert bool((s[:GUARD] == SCALE_POISON).all()), "the kernel wrote before the scale buffer"
-        assert bool((s[GUARD + self.spec.numel :] == SCALE_POISON).all()), "the kernel wrote past the scale buffer"
-
-
-def dirty_allocator(*nbytes: int) -> None:
-    """Return poisoned blocks of these sizes to the caching allocator, so that the next
-    ``torch.empty`` of the same sizes (the op's outputs) most likely starts out poisoned."""
-    blocks = [torch.full((n,), Q_POISON, dtype=torch.uint8, device="cuda") for n in nbytes if n > 0]
-    del blocks
+def poisoned_outputs(x, group_size, layout, **kwargs) -> PoisonedOutputs:
+    """Poisoned out= (q, scale) for ``x``: ``row_pad`` / ``offset`` shift q's rows and start."""
+    return PoisonedOutputs.new(buffers_of(x, group_size, layout), x.device, **kwargs)
 
 
 def quant(x, group_size, layout, ue8m0, eps=DEFAULT_EPS, out=None):
@@ -215,23 +134,15 @@ def ref_quant(x, group_size, layout, ue8m0, eps=DEFAULT_EPS):
 
 
 def check_quant(x, group_size, layout, ue8m0, eps=DEFAULT_EPS, *, ref=None, out_kwargs=None):
-    """Quantize ``x`` into poisoned out= buffers, then with allocated outputs: both must equal
-    the reference bit for bit, padding included, with nothing written outside. Returns the
-    allocated ``(q, scale)``."""
-    ref_q, ref_s = ref if ref is not None else ref_quant(x, group_size, layout, ue8m0, eps)
-    spec = spec_of(x, group_size, layout)
-
-    out = PoisonedOutputs.new(x, group_size, layout, **(out_kwargs or {}))
-    q, s = quant(x, group_size, layout, ue8m0, eps, out=(out.q, out.scale))
-    assert q is out.q and s is out.scale
-    compare_outputs(q, s, ref_q, ref_s, spec, x, "out=")
-    out.assert_nothing_written_outside()
-
-    dirty_allocator(x.numel(), spec.numel * 4)
-    q, s = quant(x, group_size, layout, ue8m0, eps)
-    check_geometry(q, s, x, spec)
-    compare_outputs(q, s, ref_q, ref_s, spec, x, "allocated")
-    return q, s
+    """The harness's check_op: poisoned out= buffers, then allocated outputs over a dirtied
+    allocator, both bit-identical to the reference (padding included), nothing written outside.
+    Returns the allocated ``(q, scale)``."""
+    ref = ref if ref is not None else ref_quant(x, group_size, layout, ue8m0, eps)
+    return check_op(
+        lambda out=None: quant(x, group_size, layout, ue8m0, eps, out=out), ref,
+        buffers_of(x, group_size, layout, ue8m0, eps), x=x, locate=locator(spec_of(x, group_size, layout)),
+        out_kwargs=out_kwargs,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,12 +270,6 @@ def insert_special_groups(x: torch.Tensor, group_size: int, gen) -> None:
     which = (torch.arange(count, device=x.device) + start) % p
     where = torch.randperm(n, generator=gen, device="cuda")[:count]
     groups[where] = patterns[which]
-
-
-@pytest.fixture
-def gen(request) -> torch.Generator:
-    """A CUDA generator seeded from the test id: reproducible, different per test."""
-    return torch.Generator(device="cuda").manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,7 +525,7 @@ def test_unaligned_and_strided(layout, ue8m0, dtype, m, case, gen):
     if x is not dense:
         x.copy_(dense)
         assert not x.is_contiguous() or m == 1
-    check_quant(x, gs, layout, ue8m0, out_kwargs={"q_row_pad": q_row_pad, "q_offset": q_offset})
+    check_quant(x, gs, layout, ue8m0, out_kwargs={"row_pad": q_row_pad, "offset": q_offset})
 
 
 # --------------------------------------------------------------------------------------------
@@ -696,20 +601,15 @@ def test_more_than_2pow31_elements(gen):
 # --------------------------------------------------------------------------------------------
 
 
+def quant_call(x, group_size, layout, ue8m0, eps=DEFAULT_EPS):
+    """The harness's call(out=None) for this quantization."""
+    return lambda out=None: quant(x, group_size, layout, ue8m0, eps, out=out)
+
+
 @pytest.mark.parametrize("layout,ue8m0", FEW_FORMATS)
 def test_non_default_stream(layout, ue8m0, gen):
     x = make_input((129, 7168), torch.bfloat16, 128, gen, special=True)
-    ref_q, ref_s = ref_quant(x, 128, layout, ue8m0)
-    out = PoisonedOutputs.new(x, 128, layout)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        quant(x, 128, layout, ue8m0, out=(out.q, out.scale))
-        q, s = quant(x, 128, layout, ue8m0)
-    side.synchronize()
-    compare_outputs(out.q, out.scale, ref_q, ref_s, out.spec, x, "out= on a side stream")
-    compare_outputs(q, s, ref_q, ref_s, out.spec, x, "allocated on a side stream")
-    out.assert_nothing_written_outside()
+    check_side_stream(quant_call(x, 128, layout, ue8m0), ref_quant(x, 128, layout, ue8m0), buffers_of(x, 128, layout), x=x)
 
 
 def test_enqueued_on_current_stream(gen):
@@ -719,56 +619,61 @@ def test_enqueued_on_current_stream(gen):
     layout, ue8m0 = "mn_tma", False
     x = make_input((4097, 7168), torch.bfloat16, 128, gen, special=True)
     ref_q, ref_s = ref_quant(x, 128, layout, ue8m0)
-    out = PoisonedOutputs.new(x, 128, layout)
+    out = poisoned_outputs(x, 128, layout)
+    q, s = out.outs
+    spec = spec_of(x, 128, layout)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         torch.cuda._sleep(1_000_000_000)  # about half a second
-        quant(x, 128, layout, ue8m0, out=(out.q, out.scale))
+        quant(x, 128, layout, ue8m0, out=(q, s))
     assert not side.query(), "the side stream finished its sleep and the quantization at once"
-    early = full_buffer(out.scale, out.spec)[:64].cpu()  # default stream: does not wait for side
+    early = full_buffer(s, spec)[:64].cpu()  # default stream: does not wait for side
     assert bool((early == SCALE_POISON).all()), "scales were written before the sleep ended"
     side.synchronize()
-    compare_outputs(out.q, out.scale, ref_q, ref_s, out.spec, x, "after the sleep")
+    compare_outputs(q, s, ref_q, ref_s, spec, x, "after the sleep")
 
 
+@pytest.mark.parametrize("pdl", [True, False], ids=["pdl_on", "pdl_off"])
 @pytest.mark.parametrize("variant", ["out", "allocating"])
 @pytest.mark.parametrize(
     "layout,ue8m0", format_params((("row", False), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)))
 )
-def test_cuda_graph(layout, ue8m0, variant, gen):
-    """Capture, change the input in place, replay (twice): outputs follow the new input."""
+def test_cuda_graph(layout, ue8m0, variant, pdl, gen):
+    """Capture, change the input in place, replay (twice): outputs follow the new input, with
+    programmatic dependent launch on and off."""
     shape, gs = (129, 640), 128
     x = make_input(shape, torch.bfloat16, gs, gen, special=True)
-    out = PoisonedOutputs.new(x, gs, layout)
+    with pdl_setting(pdl):
+        check_graph(
+            quant_call(x, gs, layout, ue8m0),
+            lambda: x.copy_(make_input(shape, torch.bfloat16, gs, gen, special=True)),
+            lambda: ref_quant(x, gs, layout, ue8m0),
+            buffers_of(x, gs, layout),
+            variant=variant,
+        )
 
-    def call():
-        if variant == "out":
-            return quant(x, gs, layout, ue8m0, out=(out.q, out.scale))
-        return quant(x, gs, layout, ue8m0)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside the capture, as torch recommends
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        q, s = call()
-    spec = spec_of(x, gs, layout)
-    for replay in range(2):
-        x.copy_(make_input(shape, torch.bfloat16, gs, gen, special=True))
-        out.q_buf.fill_(Q_POISON)
-        out.scale_buf.fill_(SCALE_POISON)
-        if variant == "allocating":
-            q.view(torch.uint8).fill_(Q_POISON)
-            full_buffer(s, spec).fill_(SCALE_POISON)
-        graph.replay()
-        torch.cuda.synchronize()
-        ref_q, ref_s = ref_quant(x, gs, layout, ue8m0)
-        compare_outputs(q, s, ref_q, ref_s, spec, x, f"graph replay {replay}")
-        if variant == "out":
-            out.assert_nothing_written_outside()
+@pytest.mark.parametrize("m", [1, 5, 4097])
+@pytest.mark.parametrize("layout,ue8m0", FEW_FORMATS)
+def test_pdl_off(layout, ue8m0, m, gen):
+    """fp8quant.set_pdl(False) launches plainly: the same bytes, on the default and a side
+    stream, and back-to-back calls that each depend on the last (q of one call feeds the next)."""
+    x = make_input((m, 7168), torch.bfloat16, 128, gen, special=True)
+    ref = ref_quant(x, 128, layout, ue8m0)
+    with pdl_setting(False):
+        assert not fp8quant.pdl_enabled()
+        check_quant(x, 128, layout, ue8m0, ref=ref)
+        check_side_stream(quant_call(x, 128, layout, ue8m0), ref, buffers_of(x, 128, layout), x=x)
+        chained = x
+        for _ in range(3):
+            q, _ = quant(chained, 128, layout, ue8m0)
+            chained = q.to(torch.bfloat16)
+        expected = x
+        for _ in range(3):
+            expected = ref_quant(expected, 128, layout, ue8m0)[0].to(torch.bfloat16)
+        assert_bitwise_equal(chained, expected, "three chained calls")
+    assert fp8quant.pdl_enabled()
 
 
 @pytest.fixture
@@ -810,11 +715,44 @@ def test_torch_compile_out_variant(layout, gen, fresh_dynamo):
     def fn(x, q, s):
         return fp8quant.per_token_group_quant(x, 128, scale_layout=layout, out=(q, s))
 
-    out = PoisonedOutputs.new(x, 128, layout)
-    torch.compile(fn, fullgraph=True)(x, out.q, out.scale)
+    out = poisoned_outputs(x, 128, layout)
+    q, s = out.outs
+    torch.compile(fn, fullgraph=True)(x, q, s)
     ref_q, ref_s = ref_quant(x, 128, layout, False)
-    compare_outputs(out.q, out.scale, ref_q, ref_s, out.spec, x, "compiled out=")
+    compare_outputs(q, s, ref_q, ref_s, spec_of(x, 128, layout), x, "compiled out=")
     out.assert_nothing_written_outside()
+
+
+@pytest.mark.parametrize("dynamic", [True, False, None], ids=["dynamic", "static", "automatic"])
+@pytest.mark.parametrize("layout,ue8m0", format_params((("mn_tma", False), ("packed_ue8m0", True))))
+def test_torch_compile_dynamic_modes(layout, ue8m0, dynamic, gen, fresh_dynamo):
+    """Inductor with dynamic=True (symbolic M and eps), static shapes, and automatic dynamic
+    shapes (a second M recompiles with a symbolic M), also under mark_dynamic."""
+
+    def fn(x, eps):
+        return fp8quant.per_token_group_quant(x * 2, 128, scale_layout=layout, ue8m0=ue8m0, eps=eps)
+
+    compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic)
+    for m, eps in ((5, 1e-4), (130, 1e-10), (4097, 1e-4)):
+        x = make_input((m, 640), torch.bfloat16, 128, gen)
+        if dynamic is None and m == 4097:
+            torch._dynamo.mark_dynamic(x, 0)
+        q, s = compiled(x, eps)
+        spec = spec_of(x, 128, layout)
+        check_geometry(q, s, x, spec)
+        ref_q, ref_s = ref_quant(x * 2, 128, layout, ue8m0, eps)
+        compare_outputs(q, s, ref_q, ref_s, spec, x, f"compiled M={m}")
+
+
+def test_host_overhead_within_twice_the_cast():
+    """Eager host time per call (M = 1, K = 7168, mn_tma), with and without out=, at most twice
+    that of torch's cast of x to float8 (python -m fp8quant bench --host-overhead)."""
+    from fp8quant.bench_host import host_overhead  # noqa: PLC0415
+
+    results = {r.name: r for r in host_overhead()}
+    for name in ("per_token_group_quant", "per_token_group_quant(out=)"):
+        r = results[name]
+        assert r.ratio <= 2.0, f"{name}: {r.host_us:.1f} us a call, {r.ratio:.2f}x the cast"
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 
 import fp8quant
 from fp8quant import empty_scale, per_token_group_quant, reference, scale_spec
-from fp8quant.quant import _C
+from fp8quant._ext import _C
 from handmath import full_buffer
 
 FP8 = torch.float8_e4m3fn
@@ -188,7 +188,7 @@ def test_out_q_dtype(dtype):
 def test_out_q_shape(shape):
     x = randn(4, 256)
     _, s = good_out(x)
-    with pytest.raises(ValueError, match=r"^out\[0\] \(q\) must have x's shape \(4, 256\)"):
+    with pytest.raises(ValueError, match=r"^out\[0\] \(q\) must have shape \(4, 256\), got"):
         per_token_group_quant(x, out=(torch.empty(shape, dtype=FP8), s))
 
 
@@ -394,3 +394,52 @@ def test_extension_rejects_cpu_tensors(layout):
     s = empty_scale(layout, 4, 2)
     with pytest.raises(ValueError, match="CUDA"):
         _C.per_token_group_quant(x, q, s, LAYOUT_CODES[layout], True, 128, 1e-10, 0)
+
+
+@pytest.mark.skipif(_C is None, reason="fp8quant._C is not built")
+@pytest.mark.parametrize(
+    "layout, bad_shape, bad_stride, expected",
+    [
+        ("mn_tma", (5, 2), (2, 1), r"expected shape \(5, 2\) with strides \(1, 8\) for this layout, got shape \(5, 2\) with strides \(2, 1\)"),
+        ("mn", (5, 3), (1, 5), r"expected shape \(5, 2\) with strides \(1, 5\) for this layout, got shape \(5, 3\) with strides \(1, 5\)"),
+        ("packed_ue8m0", (5, 1), (2, 1), r"expected shape \(5, 1\) with strides \(1, 8\) for this layout, got shape \(5, 1\) with strides \(2, 1\)"),
+    ],
+)
+def test_extension_scale_message_says_what_it_expected(layout, bad_shape, bad_stride, expected):
+    """The DLPack entry checks shapes before devices, and says what it wanted and what it got."""
+    x = randn(5, 256)
+    q = torch.empty(5, 256, dtype=torch.uint8)
+    dtype = torch.int32 if layout == "packed_ue8m0" else torch.float32
+    s = torch.empty(64, dtype=dtype).as_strided(bad_shape, bad_stride)
+    with pytest.raises(ValueError, match=rf"^scale: {expected}$"):
+        _C.per_token_group_quant(x, q, s, LAYOUT_CODES[layout], layout == "packed_ue8m0", 128, 1e-10, 0)
+
+
+@pytest.mark.skipif(_C is None, reason="fp8quant._C is not built")
+def test_extension_q_message_shows_both_shapes():
+    x, q = randn(5, 256), torch.empty(5, 128, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"^q: must have the shape of x shape \(5, 256\) with strides \(256, 1\), got shape \(5, 128\)"):
+        _C.per_token_group_quant(x, q, empty_scale("row", 5, 2), 0, False, 128, 1e-10, 0)
+
+
+@pytest.mark.skipif(_C is None, reason="fp8quant._C is not built")
+@pytest.mark.parametrize("eps", [1e-45, 3e-43, 1e-39])
+def test_extension_refuses_eps_below_the_normal_floats(eps):
+    """The C API's rule (eps >= FLT_MIN), reached through the pointer entry without a GPU: the
+    arguments are checked before any device is needed."""
+    with pytest.raises(ValueError, match=r"^eps: must be finite and at least the smallest normal float32"):
+        _C.per_token_group_quant_ptr(1 << 20, 2, 1, 4, 256, 0, 256, 2 << 20, 0, 256, 3 << 20, 2, False, 128, eps, 0)
+
+
+@pytest.mark.skipif(_C is None, reason="fp8quant._C is not built")
+def test_set_pdl():
+    before = fp8quant.pdl_enabled()
+    try:
+        assert fp8quant.set_pdl(False) is before
+        assert fp8quant.pdl_enabled() is False
+        assert fp8quant.set_pdl(True) is False
+        assert fp8quant.pdl_enabled() is True
+        with pytest.raises(TypeError, match=r"^enabled must be a bool, got int$"):
+            fp8quant.set_pdl(0)
+    finally:
+        fp8quant.set_pdl(before)

@@ -5,8 +5,9 @@ access lands outside it:
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tests/tools/sanitize_cases.py
 
-Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path;
-each result is also compared with the reference, so the run fails on wrong bytes too.
+Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
+with programmatic dependent launch on and then off; each result is also compared with the
+reference, so the run fails on wrong bytes too.
 """
 
 import itertools
@@ -29,6 +30,17 @@ def check(x: torch.Tensor, group_size: int, layout: str, ue8m0: bool) -> bool:
 
 
 def main() -> int:
+    failures = cases = 0
+    for pdl in (True, False):
+        fp8quant.set_pdl(pdl)
+        n, f = run_cases()
+        cases, failures = cases + n, failures + f
+    fp8quant.set_pdl(True)
+    print(f"{cases} cases, {failures} mismatches")
+    return 1 if failures else 0
+
+
+def run_cases() -> tuple[int, int]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     failures = 0
     cases = 0
@@ -46,8 +58,7 @@ def main() -> int:
         failures += not check(unaligned, 128, layout, ue8m0)
         cases += 2
     torch.cuda.synchronize()
-    print(f"{cases} cases, {failures} mismatches")
-    return 1 if failures else 0
+    return cases, failures
 
 
 if __name__ == "__main__":

@@ -1,0 +1,56 @@
+"""The compiled extension (``fp8quant._C``) and what every op's CUDA launch shares: the current
+stream as an address, and the programmatic-dependent-launch switch."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+__all__ = ["current_device", "extension", "pdl_enabled", "raw_stream", "set_pdl"]
+
+try:
+    _C = importlib.import_module(f"{__package__}._C")
+except ImportError as exc:  # the package still serves the reference on CPU
+    _C = None
+    _C_IMPORT_ERROR: ImportError | None = exc
+else:
+    _C_IMPORT_ERROR = None
+
+# The current stream of a device as an address, without building a torch.cuda.Stream object
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda device: torch.cuda.current_stream(device).cuda_stream
+)
+
+
+# The current CUDA device's index (torch.cuda.current_device() without its Python layers)
+current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def extension():
+    """The extension module; RuntimeError with the import's reason when it is missing."""
+    if _C is None:
+        raise RuntimeError(
+            "fp8quant's CUDA extension (fp8quant._C) could not be imported, so CUDA tensors cannot "
+            f"be quantized: {_C_IMPORT_ERROR}"
+        )
+    return _C
+
+
+def set_pdl(enabled: bool) -> bool:
+    """Turn programmatic dependent launch (PDL) on or off for every later fp8quant launch, in
+    every thread; returns the previous setting.
+
+    With PDL on (the default) a kernel may start while the previous kernel in its stream is
+    finishing, and waits for that kernel's writes before it touches memory. Off, kernels launch
+    plainly one after the other: a switch for bisecting a corruption. Results are the same either
+    way. ``FP8QUANT_PDL=0`` in the environment, set before fp8quant is imported, starts with it off.
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    return extension().set_pdl(enabled)
+
+
+def pdl_enabled() -> bool:
+    """Whether fp8quant's kernels launch with programmatic dependent launch (see :func:`set_pdl`)."""
+    return extension().pdl_enabled()

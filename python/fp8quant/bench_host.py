@@ -1,0 +1,128 @@
+"""``python -m fp8quant bench --host-overhead``: host time per eager call, beside PyTorch's own ops.
+
+Engines run prefill, and often decode, eagerly: there the host time of each call, not the kernel,
+is the step's critical path. Each entry below is called back to back CALLS times on the same
+small input (M=1 by default, whose kernel takes about a microsecond, so the GPU never holds the
+host back), then the stream is synchronized; the time per call is the median of ROUNDS such runs.
+Entries run round-robin, so that a drifting clock touches them alike. Every entry works on the
+same x and, where it writes, into the same preallocated outputs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from . import _ext, bench
+from .layouts import empty_scale
+from .quant import _DTYPE_CODES, _LAYOUT_CODES, per_token_group_quant
+
+__all__ = ["HostResult", "host_overhead", "run_host"]
+
+CALLS = 2000
+ROUNDS = 7
+WARMUP = 200
+
+
+@dataclass
+class HostResult:
+    name: str
+    host_us: float
+    ratio: float  # to the baseline, torch's cast of x to float8
+
+
+def _noop_custom_op() -> Callable:
+    """An empty Python ``torch.library.custom_op`` (what dispatch alone costs), made once."""
+    name = "fp8quant_bench::noop"
+    if not hasattr(_noop_custom_op, "op"):
+
+        @torch.library.custom_op(name, mutates_args=())
+        def noop(x: torch.Tensor) -> torch.Tensor:
+            return x.new_empty(0)
+
+        @noop.register_fake
+        def _(x):
+            return x.new_empty(0)
+
+        _noop_custom_op.op = noop
+    return _noop_custom_op.op
+
+
+def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
+    """The calls to time, by name; the first is the baseline."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    x = bench.random_input(m, k, dtype, device)
+    q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=device)
+    s = empty_scale(layout, m, k // 128, device=device)
+    ue8m0 = layout == "packed_ue8m0"
+    ext = _ext.extension()
+    stream = _ext.raw_stream(device.index)
+    raw_args = (x.data_ptr(), _DTYPE_CODES[dtype], 1, m, k, 0, k, q.data_ptr(), 0, k, s.data_ptr(),
+                _LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream)  # fmt: skip
+    noop = _noop_custom_op()
+    return {
+        "x.to(float8_e4m3fn)": lambda: x.to(torch.float8_e4m3fn),
+        "torch.abs(x)": lambda: torch.abs(x),
+        "empty Python custom_op": lambda: noop(x),
+        "per_token_group_quant": lambda: per_token_group_quant(x, 128, scale_layout=layout),
+        "per_token_group_quant(out=)": lambda: per_token_group_quant(x, 128, scale_layout=layout, out=(q, s)),
+        "torch.ops.fp8quant (dispatcher)": lambda: torch.ops.fp8quant.per_token_group_quant(x, 128, layout, ue8m0, 1e-10),
+        "_C pointers (no checks in Python)": lambda: ext.per_token_group_quant_ptr(*raw_args),
+        "_C DLPack tensors": lambda: ext.per_token_group_quant(x, q.view(torch.uint8), s, _LAYOUT_CODES[layout], ue8m0,
+                                                               128, 1e-10, stream),
+    }
+
+
+def _time_us(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / CALLS * 1e6
+
+
+def host_overhead(m: int = 1, k: int = bench.K_MAIN, layout: str = "mn_tma",
+                  dtype: torch.dtype = torch.bfloat16) -> list[HostResult]:  # fmt: skip
+    """Median host microseconds per eager call of each entry, and its ratio to the cast."""
+    calls = entries(m, k, layout, dtype)
+    for call in calls.values():
+        for _ in range(WARMUP):
+            call()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, call in calls.items():
+            samples[name].append(_time_us(call))
+    medians = {name: statistics.median(times) for name, times in samples.items()}
+    base = next(iter(medians.values()))
+    return [HostResult(name, us, us / base) for name, us in medians.items()]
+
+
+def run_host(args) -> int:
+    """The ``--host-overhead`` mode: print (and write) the table."""
+    if not torch.cuda.is_available():
+        raise SystemExit("--host-overhead times eager calls on a CUDA GPU; none was found")
+    m = args.m[0] if args.m else 1
+    # mn_tma unless --formats names one format
+    names = {bench.format_name(lay, ue8m0): lay for lay, ue8m0 in bench.FORMATS}
+    layout = names[args.formats[0]] if len(args.formats) == 1 else "mn_tma"
+    results = host_overhead(m, args.k, layout, bench.DTYPES[args.dtype])
+    device = torch.cuda.get_device_name()
+    lines = [
+        f"### Host time per eager call: {device}, M={m}, K={args.k}, {args.dtype}, scale_layout={layout!r}",
+        "",
+        f"torch {torch.__version__}. {CALLS} calls back to back, then a synchronize; median of {ROUNDS} rounds.",
+        "",
+        "| call | host µs | × cast |",
+        "|---|--:|--:|",
+    ] + [f"| {r.name} | {r.host_us:.1f} | {r.ratio:.2f} |" for r in results]
+    text = "\n".join(lines) + "\n"
+    print(text, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+    return 0

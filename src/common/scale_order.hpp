@@ -1,0 +1,22 @@
+// How each scale layout orders its scales in memory: what a kernel needs at compile time. The
+// layouts with the same order (mn and mn_tma) differ only in run-time sizes, so they share one
+// kernel instantiation.
+#pragma once
+
+#include "fp8quant/quant.h"
+
+namespace fp8quant {
+
+enum class ScaleOrder {
+  kRow,     // fp32 scale[m * G + g]                              (row)
+  kColumn,  // fp32 scale[g * rows + m]                           (mn, mn_tma)
+  kPacked,  // byte g % 4 of int32 word scale[(g / 4) * rows + m] (packed_ue8m0)
+};
+
+constexpr ScaleOrder scale_order(fp8quant_scale_layout_t layout) {
+  return layout == FP8QUANT_SCALE_ROW ? ScaleOrder::kRow
+         : layout == FP8QUANT_SCALE_PACKED_UE8M0 ? ScaleOrder::kPacked
+                                                 : ScaleOrder::kColumn;
+}
+
+}  // namespace fp8quant

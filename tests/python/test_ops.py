@@ -1,0 +1,189 @@
+"""The op pattern (fp8quant._ops.Op) on a toy op, on the CPU: one declaration gives an eager call
+that skips the dispatcher, registered functional and out= ops with fake implementations,
+out= checks, and torch.compile support, padded outputs included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from fp8quant._ops import Buffer, Op, TensorMeta, is_eager
+
+POISON = -7.0
+
+
+def _align4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+def _geometry(x: TensorMeta, factor: float) -> tuple[Buffer, Buffer]:
+    """y like x; s [M, 2] column-major with rows padded to 4 (a buffer of 2 * align(M, 4))."""
+    m = x.shape[-2]
+    rows = _align4(m)
+    return Buffer(x.dtype, x.shape), Buffer(torch.float32, (m, 2), (1, rows), 2 * rows, "for the toy layout")
+
+
+def _reference(x: torch.Tensor, factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = factor * x; s[:, 0] = row sums, s[:, 1] = row maxima; padding rows 0."""
+    m = x.shape[-2]
+    rows = _align4(m)
+    s = torch.zeros(2 * rows, dtype=torch.float32, device=x.device).as_strided((m, 2), (1, rows))
+    s[:, 0] = x.sum(-1)
+    s[:, 1] = x.amax(-1)
+    return x * factor, s
+
+
+def _launch(*args):
+    raise AssertionError("the CPU path never launches")
+
+
+TOY = Op(
+    "toy",
+    inputs=("x",),
+    params="float factor",
+    outputs=("y", "s"),
+    geometry=_geometry,
+    launch=_launch,
+    reference=_reference,
+    namespace="fp8quant_test",
+)
+
+
+def x_of(m: int = 5, k: int = 8, seed: int = 0) -> torch.Tensor:
+    return torch.randn((m, k), generator=torch.Generator().manual_seed(seed))
+
+
+def whole(s: torch.Tensor, m: int) -> torch.Tensor:
+    return s.as_strided((2 * _align4(m),), (1,))
+
+
+def check(y, s, x, factor=3.0):
+    ref_y, ref_s = _reference(x, factor)
+    assert torch.equal(y, ref_y)
+    assert s.stride() == (1, _align4(x.shape[0])) and torch.equal(s, ref_s)
+    assert torch.equal(whole(s, x.shape[0]), whole(ref_s, x.shape[0]))  # padding written
+
+
+def test_eager_call_allocates_the_declared_geometry():
+    x = x_of()
+    y, s = TOY(x, 3.0)
+    check(y, s, x)
+    assert s.untyped_storage().nbytes() == 2 * 8 * 4  # the padding rows are allocated
+
+
+def test_eager_call_skips_the_registered_op(monkeypatch):
+    """Eager calls on plain tensors run without the dispatcher; traced calls go through it."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the eager path went through the registered op")
+
+    monkeypatch.setattr(TOY, "functional", refuse)
+    monkeypatch.setattr(TOY, "out_variant", refuse)
+    x = x_of()
+    check(*TOY(x, 3.0), x)
+    y, s = torch.empty_like(x), torch.full((16,), POISON).as_strided((5, 2), (1, 8))
+    TOY(x, 3.0, out=(y, s))
+    check(y, s, x)
+    with FakeTensorMode(), pytest.raises(AssertionError, match="went through the registered op"):
+        TOY(torch.empty(5, 8), 3.0)
+
+
+def test_is_eager():
+    x = x_of()
+    assert is_eager([x])
+    with FakeTensorMode() as mode:
+        assert not is_eager([mode.from_tensor(x)])
+    seen = []
+    torch.compile(lambda t: seen.append(is_eager([t])) or t, backend="eager", fullgraph=False)(x)
+    assert seen == [False]
+
+
+def test_out_writes_whole_buffers():
+    x = x_of()
+    y = torch.full_like(x, POISON)
+    s = torch.full((16,), POISON).as_strided((5, 2), (1, 8))
+    assert TOY(x, 3.0, out=(y, s)) == (y, s)
+    check(y, s, x)
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda x: (torch.empty_like(x), None), TypeError, r"^out\[1\] \(s\) must be a torch\.Tensor, got NoneType$"),
+        (lambda x: (torch.empty_like(x),), TypeError, r"^out must be a \(y, s\) pair of tensors$"),
+        (lambda x: (x.double(), torch.empty(16).as_strided((5, 2), (1, 8))), TypeError, r"^out\[0\] \(y\) must be torch\.float32, got torch\.float64$"),
+        (lambda x: (torch.empty(5, 9), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must have shape \(5, 8\), got \(5, 9\)$"),
+        (lambda x: (torch.empty(8, 5).t(), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must have a contiguous last dimension"),
+        (lambda x: (torch.empty_like(x), torch.empty(5, 2)), ValueError, r"^out\[1\] \(s\) must have strides \(1, 8\) for the toy layout, got \(2, 1\)$"),
+        (lambda x: (torch.empty_like(x), torch.empty_strided((5, 2), (1, 8))), ValueError, r"^out\[1\] \(s\) needs 64 bytes of storage from its start \(padding included\) for the toy layout"),
+        (lambda x: (torch.empty(1, 8).expand(5, 8), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must not overlap itself, got strides \(0, 1\)$"),
+        (lambda x: (x, torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) overlaps x"),
+    ],
+    ids=["not-a-tensor", "too-few", "dtype", "shape", "last-dim", "strides", "storage", "self-overlap", "overlaps-input"],
+)
+def test_out_checks_name_the_output(make, error, message):
+    x = x_of()
+    with pytest.raises(error, match=message):
+        TOY(x, 3.0, out=make(x))
+
+
+def test_outputs_overlapping_each_other():
+    x = x_of()
+    buf = torch.empty(64)
+    y = buf[:40].view(5, 8)
+    s = buf[32:].as_strided((5, 2), (1, 8))
+    with pytest.raises(ValueError, match=r"^out\[1\] \(s\) overlaps out\[0\] \(y\)"):
+        TOY(x, 3.0, out=(y, s))
+
+
+def test_fake_impl_reports_the_padded_geometry():
+    with FakeTensorMode():
+        y, s = TOY.functional(torch.empty(5, 8), 3.0)
+        assert y.shape == (5, 8) and s.stride() == (1, 8) and s.untyped_storage().nbytes() == 64
+
+
+def test_opcheck():
+    x = x_of()
+    utils = ("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic", "test_schema")
+    torch.library.opcheck(TOY.functional, (x, 3.0), test_utils=utils)
+    y, s = torch.empty_like(x), torch.empty(16).as_strided((5, 2), (1, 8))
+    torch.library.opcheck(TOY.out_variant, (x, y, s, 3.0), test_utils=utils)
+
+
+@pytest.mark.parametrize("dynamic", [False, True, None])
+def test_compiled_functional(dynamic):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: TOY(x * 1.0, 3.0), fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for m in (5, 6, 9):  # a new M: recompiled, or traced once with a symbolic M
+        x = x_of(m)
+        check(*fn(x), x)
+
+
+def test_compiled_out_of_unpadded_outputs():
+    """out= compiles; the compact clone torch.compile hands the op still gets every visible value."""
+    torch._dynamo.reset()
+    x = x_of()
+    y = torch.full_like(x, POISON)
+    s = torch.full((16,), POISON).as_strided((5, 2), (1, 8))
+
+    def fn(x, y, s):
+        TOY.out_variant(x, y, s, 3.0)
+
+    torch.compile(fn, fullgraph=True, backend="aot_eager")(x, y, s)
+    ref_y, ref_s = _reference(x, 3.0)
+    assert torch.equal(y, ref_y) and torch.equal(s, ref_s)
+
+
+def test_compiled_public_out_of_padded_output_is_refused():
+    torch._dynamo.reset()
+    x = x_of()
+    y, s = torch.empty_like(x), torch.empty(16).as_strided((5, 2), (1, 8))
+    fn = torch.compile(lambda x, y, s: TOY(x, 3.0, out=(y, s)), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match=r"out\[1\] \(s\): out= with a padded buffer for the toy layout cannot be compiled"):
+        fn(x, y, s)
+
+
+def test_device_must_be_cpu_or_cuda():
+    with pytest.raises(ValueError, match=r"^x must be a CUDA or CPU tensor, got device meta$"):
+        TOY(torch.empty(5, 8, device="meta"), 3.0)
