@@ -58,8 +58,9 @@ for wheel in "$out"/wheelhouse/*.whl; do
   echo "$(basename "$wheel"):"
   echo "$elfs"
   # the family cubin (sm_100f: every 10.x) is listed as sm_100; its ELF header names the family
-  "$cuobjdump" -elf "$out/unpacked/fp8quant/libfp8quant.so" | grep -qx "arch = sm_100f" ||
-    { echo "FAIL: the Blackwell cubin of $(basename "$wheel") is not sm_100f"; exit 1; }
+  headers=$("$cuobjdump" -elf "$out/unpacked/fp8quant/libfp8quant.so" | grep "^arch = ")
+  grep -qx "arch = sm_100f" <<<"$headers" ||
+    { echo "FAIL: the Blackwell cubin of $(basename "$wheel") is not sm_100f: $headers"; exit 1; }
   for arch in sm_90a sm_100; do
     grep -q "\.$arch\.cubin" <<<"$elfs" || { echo "FAIL: no $arch SASS in $(basename "$wheel")"; exit 1; }
     # One kernel per distinct instantiation: 3 dtypes x 3 group sizes x (row, column: ue8m0 x

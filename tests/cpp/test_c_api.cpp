@@ -8,19 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "expect.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
-
-int failures = 0;
-
-#define EXPECT(cond)                                                       \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                          \
-    }                                                                      \
-  } while (0)
 
 // Addresses far enough apart for the buffers of every call below, 256-byte aligned. Never
 // dereferenced by a failing call: validation fails (or M == 0 returns) before any device access.

@@ -11,19 +11,10 @@
 #include <cstring>
 #include <vector>
 
+#include "expect.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
-
-int failures = 0;
-
-#define EXPECT(cond)                                                                  \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                     \
-    }                                                                                 \
-  } while (0)
 
 #define CHECK_CUDA(expr)                                                                      \
   do {                                                                                        \
