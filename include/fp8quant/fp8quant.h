@@ -7,5 +7,6 @@
 
 #include "fp8quant/common.h"
 #include "fp8quant/quant.h"
+#include "fp8quant/weights.h"
 
 #endif  // FP8QUANT_FP8QUANT_H_

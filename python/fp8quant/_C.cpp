@@ -70,6 +70,18 @@ void per_token_group_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t 
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// Per-block weight quantization through pointers and strides (fp8quant_per_block_quant, which
+// checks every argument).
+void per_block_quant_ptr(uintptr_t w, int w_dtype, int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride,
+                         int64_t w_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                         uintptr_t scale, int64_t block_n, int64_t block_k, bool ue8m0, float eps, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_per_block_quant(
+      reinterpret_cast<const void*>(w), static_cast<fp8quant_dtype_t>(w_dtype), batch, n, k, w_batch_stride,
+      w_row_stride, reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<float*>(scale),
+      block_n, block_k, ue8m0 ? 1 : 0, eps, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -156,6 +168,12 @@ NB_MODULE(_C, mod) {
           "fp8quant_per_token_group_quant on device addresses (x, q, scale), strides in elements of x and "
           "bytes of q, and a CUDA stream address. The C API checks every argument; scale must point at the "
           "whole padded buffer of its layout.");
+  mod.def("per_block_quant_ptr", &per_block_quant_ptr, nb::arg("w"), nb::arg("w_dtype"), nb::arg("batch"),
+          nb::arg("n"), nb::arg("k"), nb::arg("w_batch_stride"), nb::arg("w_row_stride"), nb::arg("q"),
+          nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("block_n"),
+          nb::arg("block_k"), nb::arg("ue8m0"), nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_per_block_quant on device addresses (w, q, contiguous fp32 scale), strides in elements "
+          "of w and bytes of q, and a CUDA stream address.");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

@@ -43,8 +43,35 @@ def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
         raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of group_size ({group_size})")
     if x.numel() > 0 and x.stride(-1) != 1:
         raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    check_eps(eps)
+
+
+def check_eps(eps: float) -> None:
+    """eps is a finite float32 of at least the smallest normal float32 (the C API's rule)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps must be a float, got {type(eps).__name__}")
     # Comparisons only (NaN fails both): math.isfinite cannot trace a symbolic float
     if not (_FP32_TINY <= eps <= _FP32_MAX):
         raise ValueError(f"eps must be a positive float32 number (in [{_FP32_TINY}, {_FP32_MAX}]), got {eps!r}")
+
+
+def check_block_quant_args(w: torch.Tensor, block_size, ue8m0: bool, eps: float) -> None:
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
+    if w.dtype not in INPUT_DTYPES:
+        raise TypeError(f"w must be bfloat16, float16 or float32, got {w.dtype}")
+    if w.dim() not in (2, 3):
+        raise ValueError(f"w must be 2-D [N, K] or 3-D [E, N, K], got shape {tuple(w.shape)}")
+    if w.shape[-1] == 0:
+        raise ValueError("w.shape[-1] (K) must be positive")
+    if w.numel() > 0 and w.stride(-1) != 1:
+        raise ValueError(f"w must have a contiguous last dimension, got strides {tuple(w.stride())}")
+    if not (
+        isinstance(block_size, (tuple, list))
+        and len(block_size) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block_size)
+    ):
+        raise ValueError(f"block_size must be a pair of positive ints (block_n, block_k), got {block_size!r}")
+    if not isinstance(ue8m0, bool):
+        raise TypeError(f"ue8m0 must be a bool, got {type(ue8m0).__name__}")
+    check_eps(eps)

@@ -479,6 +479,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: host time per eager call (at M = the first --m, default 1; mn_tma unless --formats "
         "names one format) beside torch's cast to float8 and other eager ops (GPU only)",
     )
+    parser.add_argument(
+        "--weights",
+        action="store_true",
+        help="instead: per_block_quant on DeepSeek-V3's weight shapes (or --m as N at --k) against the "
+        "copy bandwidth (GPU only)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
@@ -494,6 +500,10 @@ def main(args: argparse.Namespace) -> int:
             raise SystemExit(f"--m: M must be >= 1, got {min(args.m)}")
     if args.k < 1 or args.k % args.group_size:
         raise SystemExit(f"--k must be a positive multiple of --group-size ({args.group_size}), got {args.k}")
+    if args.weights:
+        from .bench_weights import run_weights  # noqa: PLC0415 - it imports this module
+
+        return run_weights(args)
     if args.host_overhead:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 

@@ -3,13 +3,15 @@
 Engines run prefill, and often decode, eagerly: there the host time of each call, not the kernel,
 is the step's critical path. Each entry below is called back to back CALLS times on the same
 small input (M=1 by default, whose kernel takes about a microsecond, so the GPU never holds the
-host back), then the stream is synchronized; the time per call is the median of ROUNDS such runs.
+host back), then the stream is synchronized, with the garbage collector paused as timeit does;
+the time per call is the median of ROUNDS such runs.
 Entries run round-robin, so that a drifting clock touches them alike. Every entry works on the
 same x and, where it writes, into the same preallocated outputs.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -78,11 +80,19 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
 
 
 def _time_us(call: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / CALLS * 1e6
+    """Host microseconds per call, with the garbage collector paused (as timeit does): a
+    collection costs whichever call happens to trigger it, by the size of the whole heap."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            call()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / CALLS * 1e6
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def host_overhead(m: int = 1, k: int = bench.K_MAIN, layout: str = "mn_tma",
@@ -115,7 +125,8 @@ def run_host(args) -> int:
     lines = [
         f"### Host time per eager call: {device}, M={m}, K={args.k}, {args.dtype}, scale_layout={layout!r}",
         "",
-        f"torch {torch.__version__}. {CALLS} calls back to back, then a synchronize; median of {ROUNDS} rounds.",
+        f"torch {torch.__version__}. {CALLS} calls back to back, then a synchronize, garbage collector paused; "
+        f"median of {ROUNDS} rounds.",
         "",
         "| call | host µs | × cast |",
         "|---|--:|--:|",

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
+from ._checks import FP8_DTYPE, check_block_quant_args, check_quant_args, resolve_ue8m0
 from .layouts import ScaleSpec, scale_spec
 
-__all__ = ["FP8_MAX", "per_token_group_quant", "quantize_groups", "ue8m0_round_up"]
+__all__ = ["FP8_MAX", "per_block_quant", "per_token_group_quant", "quantize_groups", "ue8m0_round_up"]
 
 #: Largest finite float8_e4m3fn value.
 FP8_MAX = 448.0
@@ -45,22 +45,32 @@ def quantize_groups(
     k = x.shape[-1]
     xf = x.float().unflatten(-1, (k // group_size, group_size))
 
-    # Reduce amax over the finite elements only
+    amax = _finite_amax(xf, -1, eps)
+    scale, e = _scale_of(amax, ue8m0)
+    return _quantize(xf, scale.unsqueeze(-1)).flatten(-2), scale, e
+
+
+def _finite_amax(xf: torch.Tensor, dims, eps: float) -> torch.Tensor:
+    """max(|x|) over the finite elements along ``dims``, at least ``eps`` (SPEC 1, step 1)."""
     finite = torch.isfinite(xf)
-    amax = torch.where(finite, xf.abs(), torch.zeros_like(xf)).amax(-1)
-    amax = torch.maximum(amax, torch.full_like(amax, eps))
+    amax = torch.where(finite, xf.abs(), torch.zeros_like(xf)).amax(dims)
+    return torch.maximum(amax, torch.full_like(amax, eps))
 
-    # Scale: IEEE float32 amax / 448, optionally rounded up to a power of two
+
+def _scale_of(amax: torch.Tensor, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """IEEE float32 amax / 448, optionally rounded up to a power of two; and its UE8M0 byte."""
     scale = (amax.double() / FP8_MAX).float()
-    e = torch.zeros_like(scale, dtype=torch.int32)
     if ue8m0:
-        scale, e = ue8m0_round_up(scale)
+        return ue8m0_round_up(scale)
+    return scale, torch.zeros_like(scale, dtype=torch.int32)
 
-    # Quantize: IEEE float32 x / scale, then round-to-nearest-even with saturation
-    q32 = (xf.double() / scale.double().unsqueeze(-1)).float()
+
+def _quantize(xf: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """IEEE float32 x / scale (``scale`` broadcast against ``xf``), then round-to-nearest-even
+    with saturation to float8_e4m3fn; NaN to the canonical NaN byte."""
+    q32 = (xf.double() / scale.double()).float()
     q = q32.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    q = q.view(torch.uint8).masked_fill(torch.isnan(xf), _FP8_NAN_BYTE).view(FP8_DTYPE)
-    return q.flatten(-2), scale, e
+    return q.view(torch.uint8).masked_fill(torch.isnan(xf), _FP8_NAN_BYTE).view(FP8_DTYPE)
 
 
 def _place_scales(values: torch.Tensor, spec: ScaleSpec) -> torch.Tensor:
@@ -92,3 +102,29 @@ def per_token_group_quant(
     packed = (byte.unflatten(-1, (spec.cols, 4)).to(torch.int64) << shifts).sum(-1)
     packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
     return q.contiguous(), _place_scales(packed, spec)
+
+
+def per_block_quant(
+    w: torch.Tensor,
+    block_size: tuple[int, int] = (128, 128),
+    *,
+    ue8m0: bool = False,
+    eps: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference of :func:`fp8quant.per_block_quant` (SPEC.md section 3): ``w [*, N, K]`` in blocks
+    of ``block_size = (bn, bk)``, edge blocks partial. Returns ``q`` (float8_e4m3fn, w's shape) and
+    the fp32 scales ``[*, ceil(N/bn), ceil(K/bk)]``, contiguous. With ``ue8m0`` each block is
+    quantized with its power-of-two scale. Any block size works here; the kernel takes 128 x 128."""
+    check_block_quant_args(w, block_size, ue8m0, eps)
+    bn, bk = block_size
+    n, k = w.shape[-2], w.shape[-1]
+    nb, kb = -(-n // bn), -(-k // bk)
+    # Zero padding to whole blocks never raises an amax
+    xf = torch.zeros((*w.shape[:-2], nb * bn, kb * bk), dtype=torch.float32, device=w.device)
+    xf[..., :n, :k] = w.float()
+    blocks = xf.unflatten(-1, (kb, bk)).unflatten(-3, (nb, bn))  # [*, nb, bn, kb, bk]
+    amax = _finite_amax(blocks, (-3, -1), eps)
+    scale, _ = _scale_of(amax, ue8m0)
+    q = _quantize(blocks, scale.unsqueeze(-2).unsqueeze(-1))
+    q = q.flatten(-2).flatten(-3, -2)[..., :n, :k]
+    return q.contiguous(), scale.contiguous()

@@ -1,18 +1,18 @@
 // C API of the quantization kernels: validate every argument, then dispatch on the device's
 // architecture.
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
+#include "api/checks.hpp"
 #include "common/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/quant.h"
 #include "kernels/per_token_group_quant.hpp"
 
 namespace {
+
+using namespace fp8quant::api;
 
 constexpr int64_t kTmaRowAlign = 4;  // 16 bytes of 4-byte scales
 constexpr int64_t kPack = 4;         // UE8M0 bytes per int32
@@ -25,45 +25,6 @@ int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 bool is_layout(fp8quant_scale_layout_t layout) {
   return layout == FP8QUANT_SCALE_ROW || layout == FP8QUANT_SCALE_MN ||
          layout == FP8QUANT_SCALE_MN_TMA || layout == FP8QUANT_SCALE_PACKED_UE8M0;
-}
-
-int64_t dtype_size(fp8quant_dtype_t dtype) {
-  switch (dtype) {
-    case FP8QUANT_DTYPE_FLOAT32: return 4;
-    case FP8QUANT_DTYPE_FLOAT16: return 2;
-    case FP8QUANT_DTYPE_BFLOAT16: return 2;
-  }
-  return 0;
-}
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// A float as the shortest text that reads back as the same value ("1e-45", "1.17549435e-38").
-std::string float_text(float v) {
-  char buf[32];
-  for (int digits = 1; digits <= 9; ++digits) {
-    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(v));
-    if (std::strtof(buf, nullptr) == v || v != v) break;
-  }
-  return buf;
-}
-
-// Extent of a strided tensor, from its first element to past its last, summed dimension by
-// dimension with overflow checks: add(n, step) adds n steps of `step`, times(s) scales the total.
-// Each returns false on overflow.
-struct Span {
-  int64_t size = 0;
-  bool add(int64_t n, int64_t step) {
-    int64_t more = 0;
-    return !__builtin_mul_overflow(n, step, &more) && !__builtin_add_overflow(size, more, &size);
-  }
-  bool times(int64_t s) { return !__builtin_mul_overflow(size, s, &size); }
-};
-
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const uintptr_t lo_a = reinterpret_cast<uintptr_t>(a), lo_b = reinterpret_cast<uintptr_t>(b);
-  return lo_a < lo_b + static_cast<uintptr_t>(b_bytes) && lo_b < lo_a + static_cast<uintptr_t>(a_bytes);
 }
 
 // Geometry of a layout; arguments already checked.
@@ -127,10 +88,7 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
                      "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
   FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + to_string(m));
-  // Below the smallest normal float, eps / 448 rounds to 0 and an all-zero group divides 0 by 0
-  FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps >= std::numeric_limits<float>::min(), "eps",
-                     "must be finite and at least the smallest normal float32 (" +
-                         float_text(std::numeric_limits<float>::min()) + "), got " + float_text(eps));
+  FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
   // Geometry (m and num_groups are bounded first, so no product below overflows)
@@ -154,50 +112,28 @@ fp8quant_status_t fp8quant_per_token_group_quant(
                      "must be aligned to its element size (" + to_string(elem) + " bytes)");
   FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
 
-  // Strides: those of a size-1 dimension are never stepped over, so any value is accepted there
-  // (DLPack producers may report them as 0 or negative) and treated as 0
-  const int64_t x_rows = m > 1 ? x_row_stride : 0;
-  const int64_t x_batches = batch > 1 ? x_batch_stride : 0;
-  const int64_t q_rows = m > 1 ? q_row_stride : 0;
-  const int64_t q_batches = batch > 1 ? q_batch_stride : 0;
-  FP8QUANT_CHECK_ARG(x_rows >= 0, "x_row_stride",
-                     "must be >= 0 (rows may overlap or repeat), got " + to_string(x_row_stride));
-  FP8QUANT_CHECK_ARG(x_batches >= 0, "x_batch_stride",
-                     "must be >= 0 (batches may overlap or repeat), got " + to_string(x_batch_stride));
-  Span x_span{}, q_span{};  // x in elements (then bytes), q in bytes
-  FP8QUANT_CHECK_ARG(x_span.add(m - 1, x_rows) && x_span.add(1, k) && Span(x_span).times(elem), "x_row_stride",
-                     "is too large: the rows of x span more than 2^63 bytes");
-  FP8QUANT_CHECK_ARG(x_span.add(batch - 1, x_batches) && x_span.times(elem), "x_batch_stride",
-                     "is too large: the batches of x span more than 2^63 bytes");
-  FP8QUANT_CHECK_ARG(m == 1 || q_rows >= k, "q_row_stride",
-                     "rows of q must not overlap: need >= k (" + to_string(k) + "), got " + to_string(q_row_stride));
-  FP8QUANT_CHECK_ARG(q_span.add(m - 1, q_rows) && q_span.add(1, k), "q_row_stride",
-                     "is too large: the rows of q span more than 2^63 bytes");
-  const int64_t q_batch_bytes = q_span.size;  // one batch of q
-  FP8QUANT_CHECK_ARG(batch == 1 || q_batches >= q_batch_bytes, "q_batch_stride",
-                     "batches of q must not overlap: need >= " + to_string(q_batch_bytes) + ", got " +
-                         to_string(q_batch_stride));
-  FP8QUANT_CHECK_ARG(q_span.add(batch - 1, q_batches), "q_batch_stride",
-                     "is too large: the batches of q span more than 2^63 bytes");
-
-  // Outputs share no byte with the input or with each other
+  // Strides and spans; outputs share no byte with the input or with each other
+  Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
+  Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_input(xs, batch, m, k));
+  FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, m, k));
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
-  FP8QUANT_CHECK_ARG(!overlap(q, q_span.size, x, x_span.size), "q", "overlaps x");
-  FP8QUANT_CHECK_ARG(!overlap(scale, scale_bytes, x, x_span.size), "scale", "overlaps x");
-  FP8QUANT_CHECK_ARG(!overlap(scale, scale_bytes, q, q_span.size), "scale", "overlaps q");
+  FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "x", x, xs.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "x", x, xs.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "q", q, qs.bytes));
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem;  // elements in 16 bytes
-  const bool x_strides16 = x_rows % x_vec == 0 && x_batches % x_vec == 0;
-  const bool q_strides16 = q_rows % 16 == 0 && q_batches % 16 == 0;
+  const bool x_strides16 = xs.row_stride % x_vec == 0 && xs.batch_stride % x_vec == 0;
+  const bool q_strides16 = qs.row_stride % 16 == 0 && qs.batch_stride % 16 == 0;
   fp8quant::QuantProblem problem{};
   problem.x = x;
   problem.q = q;
   problem.scale = scale;
-  problem.x_batch_stride = x_batches;
-  problem.x_row_stride = x_rows;
-  problem.q_batch_stride = q_batches;
-  problem.q_row_stride = q_rows;
+  problem.x_batch_stride = xs.batch_stride;
+  problem.x_row_stride = xs.row_stride;
+  problem.q_batch_stride = qs.batch_stride;
+  problem.q_row_stride = qs.row_stride;
   problem.scale_batch_stride = shape.batch_stride;
   problem.batch = static_cast<int32_t>(batch);
   problem.m = static_cast<int32_t>(m);

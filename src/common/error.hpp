@@ -27,6 +27,13 @@ fp8quant_status_t cuda_error(cudaError_t err, const char* what);
     }                                                                                            \
   } while (0)
 
+// Return the status of `expr` from the enclosing function unless it is FP8QUANT_SUCCESS.
+#define FP8QUANT_RETURN_IF_ERROR(expr)                                                           \
+  do {                                                                                           \
+    const fp8quant_status_t st_ = (expr);                                                        \
+    if (st_ != FP8QUANT_SUCCESS) return st_;                                                     \
+  } while (0)
+
 // Return FP8QUANT_ERROR_CUDA from the enclosing function if a CUDA call failed.
 #define FP8QUANT_CHECK_CUDA(expr)                                                                \
   do {                                                                                           \

@@ -6,7 +6,8 @@ access lands outside it:
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tests/tools/sanitize_cases.py
 
 Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
-with programmatic dependent launch on and then off; each result is also compared with the
+and the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, with programmatic
+dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
 
@@ -57,8 +58,23 @@ def run_cases() -> tuple[int, int]:
         failures += not check(x3, 128, layout, ue8m0)
         failures += not check(unaligned, 128, layout, ue8m0)
         cases += 2
+    for dtype, ue8m0, (n, k) in itertools.product(
+        (torch.bfloat16, torch.float16, torch.float32), (False, True), ((1, 1), (130, 200), (129, 389))
+    ):
+        w = torch.randn(n, k, device="cuda", generator=gen).to(dtype)
+        failures += not check_weights(w, ue8m0)
+        cases += 1
+    strided = torch.randn(3, 200, 1 + 256, device="cuda", generator=gen).to(torch.bfloat16)[:, :, 1:]
+    failures += not check_weights(strided, False)
+    cases += 1
     torch.cuda.synchronize()
     return cases, failures
+
+
+def check_weights(w: torch.Tensor, ue8m0: bool) -> bool:
+    q, s = fp8quant.per_block_quant(w, ue8m0=ue8m0)
+    rq, rs = fp8quant.reference.per_block_quant(w, ue8m0=ue8m0)
+    return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s.view(torch.int32), rs.view(torch.int32))
 
 
 if __name__ == "__main__":

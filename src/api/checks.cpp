@@ -1,0 +1,106 @@
+// Argument checks every C API function shares (checks.hpp).
+#include "api/checks.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace fp8quant::api {
+namespace {
+
+// Extent of a strided tensor, summed dimension by dimension with overflow checks: add(n, step)
+// adds n steps of `step`, times(s) scales the total. Each returns false on overflow.
+struct Span {
+  int64_t size = 0;
+  bool add(int64_t n, int64_t step) {
+    int64_t more = 0;
+    return !__builtin_mul_overflow(n, step, &more) && !__builtin_add_overflow(size, more, &size);
+  }
+  bool times(int64_t s) { return !__builtin_mul_overflow(size, s, &size); }
+};
+
+// Strides of size-1 dimensions are never stepped over: treat them as 0.
+void normalize(Operand& t, int64_t batch, int64_t rows) {
+  if (rows <= 1) t.row_stride = 0;
+  if (batch <= 1) t.batch_stride = 0;
+}
+
+}  // namespace
+
+int64_t dtype_size(fp8quant_dtype_t dtype) {
+  switch (dtype) {
+    case FP8QUANT_DTYPE_FLOAT32: return 4;
+    case FP8QUANT_DTYPE_FLOAT16: return 2;
+    case FP8QUANT_DTYPE_BFLOAT16: return 2;
+  }
+  return 0;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+std::string float_text(float v) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v || v != v) break;
+  }
+  return buf;
+}
+
+fp8quant_status_t check_eps(float eps) {
+  FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps >= std::numeric_limits<float>::min(), "eps",
+                     "must be finite and at least the smallest normal float32 (" +
+                         float_text(std::numeric_limits<float>::min()) + "), got " + float_text(eps));
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
+  using std::to_string;
+  const int64_t row_given = t.row_stride, batch_given = t.batch_stride;
+  normalize(t, batch, rows);
+  FP8QUANT_CHECK_ARG(t.row_stride >= 0, t.row_stride_name,
+                     "must be >= 0 (rows may overlap or repeat), got " + to_string(row_given));
+  FP8QUANT_CHECK_ARG(t.batch_stride >= 0, t.batch_stride_name,
+                     "must be >= 0 (batches may overlap or repeat), got " + to_string(batch_given));
+  Span span{};  // elements, then bytes
+  FP8QUANT_CHECK_ARG(span.add(rows - 1, t.row_stride) && span.add(1, cols) && Span(span).times(t.elem),
+                     t.row_stride_name, std::string("is too large: the rows of ") + t.name + " span more than 2^63 bytes");
+  FP8QUANT_CHECK_ARG(span.add(batch - 1, t.batch_stride) && span.times(t.elem), t.batch_stride_name,
+                     std::string("is too large: the batches of ") + t.name + " span more than 2^63 bytes");
+  t.bytes = span.size;
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
+  using std::to_string;
+  const int64_t row_given = t.row_stride, batch_given = t.batch_stride;
+  normalize(t, batch, rows);
+  FP8QUANT_CHECK_ARG(rows <= 1 || t.row_stride >= cols, t.row_stride_name,
+                     std::string("rows of ") + t.name + " must not overlap: need >= " + to_string(cols) + ", got " +
+                         to_string(row_given));
+  Span span{};  // elements, then bytes
+  FP8QUANT_CHECK_ARG(span.add(rows - 1, t.row_stride) && span.add(1, cols) && Span(span).times(t.elem),
+                     t.row_stride_name, std::string("is too large: the rows of ") + t.name + " span more than 2^63 bytes");
+  const int64_t one_batch = span.size;
+  FP8QUANT_CHECK_ARG(batch <= 1 || t.batch_stride >= one_batch, t.batch_stride_name,
+                     std::string("batches of ") + t.name + " must not overlap: need >= " + to_string(one_batch) +
+                         ", got " + to_string(batch_given));
+  FP8QUANT_CHECK_ARG(span.add(batch - 1, t.batch_stride) && span.times(t.elem), t.batch_stride_name,
+                     std::string("is too large: the batches of ") + t.name + " span more than 2^63 bytes");
+  t.bytes = span.size;
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
+                              const void* b, int64_t b_bytes) {
+  const uintptr_t lo_a = reinterpret_cast<uintptr_t>(a), lo_b = reinterpret_cast<uintptr_t>(b);
+  const bool shared =
+      lo_a < lo_b + static_cast<uintptr_t>(b_bytes) && lo_b < lo_a + static_cast<uintptr_t>(a_bytes);
+  FP8QUANT_CHECK_ARG(!shared, a_name, std::string("overlaps ") + b_name);
+  return FP8QUANT_SUCCESS;
+}
+
+}  // namespace fp8quant::api

@@ -1,0 +1,50 @@
+// Argument checks every C API function shares: element sizes, eps, and the strided
+// [batch, rows, cols] tensors (an input read, a row-major output written) with their spans and
+// overlaps. Each check records a message naming the argument (FP8QUANT_CHECK_ARG).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fp8quant/common.h"
+
+namespace fp8quant::api {
+
+// Bytes of one element of `dtype`; 0 for an unknown dtype.
+int64_t dtype_size(fp8quant_dtype_t dtype);
+
+bool aligned16(const void* ptr);
+
+// A float as the shortest text that reads back as the same value ("1e-45", "1.1754944e-38").
+std::string float_text(float v);
+
+// eps is finite and at least FLT_MIN: below it eps / 448 rounds to 0 and an all-zero group or
+// block divides 0 by 0.
+fp8quant_status_t check_eps(float eps);
+
+// A [batch, rows, cols] tensor with a contiguous last dimension, its row and batch strides in
+// elements of `elem` bytes, and the names of its arguments ("x", "x_row_stride", ...).
+struct Operand {
+  const char* name;
+  const char* row_stride_name;
+  const char* batch_stride_name;
+  const void* ptr;
+  int64_t elem;
+  int64_t batch_stride;  // as given; normalized by the checks below
+  int64_t row_stride;
+  int64_t bytes = 0;     // set by the checks: first element to past the last
+};
+
+// An input: strides >= 0 (rows and batches may overlap or repeat), span within 2^63 bytes.
+// Strides of size-1 dimensions are never stepped over: any value is accepted and set to 0.
+fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols);
+
+// A row-major output: rows and batches must not overlap, span within 2^63 bytes; strides of
+// size-1 dimensions as for inputs.
+fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols);
+
+// `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
+fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
+                              const void* b, int64_t b_bytes);
+
+}  // namespace fp8quant::api

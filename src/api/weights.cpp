@@ -1,0 +1,102 @@
+// C API of the weight quantization kernels: validate every argument, then dispatch on the
+// device's architecture.
+#include <cstdint>
+#include <string>
+
+#include "api/checks.hpp"
+#include "common/device.hpp"
+#include "common/error.hpp"
+#include "fp8quant/weights.h"
+#include "kernels/per_block_quant.hpp"
+
+namespace {
+
+using namespace fp8quant::api;
+
+constexpr int64_t kMaxGrid = 65535;  // blocks of rows on grid.y, batches on grid.z
+constexpr int64_t kMaxCols = (int64_t{1} << 31) - 1 - fp8quant::kWeightBlock;  // k is int32 on the device
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+extern "C" {
+
+fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n,
+                                           int64_t k, int64_t w_batch_stride, int64_t w_row_stride, void* q,
+                                           int64_t q_batch_stride, int64_t q_row_stride, float* scale,
+                                           int64_t block_n, int64_t block_k, int ue8m0, float eps,
+                                           cudaStream_t stream) {
+  using std::to_string;
+  constexpr int64_t kBlock = fp8quant::kWeightBlock;
+  const int64_t elem = dtype_size(w_dtype);
+
+  // Values
+  FP8QUANT_CHECK_ARG(elem != 0, "w_dtype", "unsupported input dtype " + to_string(w_dtype) +
+                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
+  FP8QUANT_CHECK_ARG(block_n == kBlock, "block_n", "must be " + to_string(kBlock) + ", got " + to_string(block_n));
+  FP8QUANT_CHECK_ARG(block_k == kBlock, "block_k", "must be " + to_string(kBlock) + ", got " + to_string(block_k));
+  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxGrid, "batch",
+                     "must be in [0, " + to_string(kMaxGrid) + "], got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(n >= 0 && n <= kMaxGrid * kBlock, "n",
+                     "must be in [0, " + to_string(kMaxGrid * kBlock) + "], got " + to_string(n));
+  FP8QUANT_CHECK_ARG(k > 0 && k <= kMaxCols, "k", "must be in [1, " + to_string(kMaxCols) + "], got " + to_string(k));
+  FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
+  if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
+
+  // Buffers
+  FP8QUANT_CHECK_ARG(w != nullptr, "w", "must not be null");
+  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
+  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(w) % elem == 0, "w",
+                     "must be aligned to its element size (" + to_string(elem) + " bytes)");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
+
+  // Strides and spans; outputs share no byte with the input or with each other
+  Operand ws{"w", "w_row_stride", "w_batch_stride", w, elem, w_batch_stride, w_row_stride};
+  Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_input(ws, batch, n, k));
+  FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, n, k));
+  const int64_t row_blocks = ceil_div(n, kBlock), col_blocks = ceil_div(k, kBlock);
+  const int64_t scale_bytes = batch * row_blocks * col_blocks * 4;
+  FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "w", w, ws.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "w", w, ws.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "q", q, qs.bytes));
+
+  // 16-byte accesses need every row (pointer, strides and k) on 16-byte boundaries of both
+  const int64_t vec = 16 / elem;
+  const bool w16 = aligned16(w) && ws.row_stride % vec == 0 && ws.batch_stride % vec == 0 && k % vec == 0;
+  const bool q16 = reinterpret_cast<uintptr_t>(q) % vec == 0 && qs.row_stride % vec == 0 && qs.batch_stride % vec == 0;
+  fp8quant::BlockQuantProblem problem{};
+  problem.w = w;
+  problem.q = q;
+  problem.scale = scale;
+  problem.w_batch_stride = ws.batch_stride;
+  problem.w_row_stride = ws.row_stride;
+  problem.q_batch_stride = qs.batch_stride;
+  problem.q_row_stride = qs.row_stride;
+  problem.scale_batch_stride = row_blocks * col_blocks;
+  problem.batch = static_cast<int32_t>(batch);
+  problem.n = static_cast<int32_t>(n);
+  problem.k = static_cast<int32_t>(k);
+  problem.row_blocks = static_cast<int32_t>(row_blocks);
+  problem.col_blocks = static_cast<int32_t>(col_blocks);
+  problem.eps = eps;
+  problem.dtype = w_dtype;
+  problem.ue8m0 = ue8m0 != 0;
+  problem.aligned = w16 && q16;
+  problem.pdl = fp8quant::pdl_enabled();
+
+  // Dispatch on the architecture
+  fp8quant::DeviceInfo device{};
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
+  int arch = 0;
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
+  if (arch == 9) {
+    return fp8quant::sm90::per_block_quant(problem, stream);
+  } else {  // 10: kernel_arch returns no other
+    return fp8quant::sm100::per_block_quant(problem, stream);
+  }
+}
+
+}  // extern "C"

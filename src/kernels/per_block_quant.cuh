@@ -1,0 +1,213 @@
+// Per-block FP8 quantization of weights: one CTA per 128 x 128 block reads the block once into
+// registers, reduces its amax across the CTA, and writes q and the block's scale.
+//
+// Work split: a row of the block is 128 elements, kRowThreads threads of one 16-byte vector
+// each; the CTA's 256 threads cover kRowsPerPass rows at a time and kPasses passes cover the
+// block, each thread keeping its kPasses vectors (64 elements) in registers between the two
+// phases. Elements past n or k (partial edge blocks) load as 0, which never raises an amax, and
+// are not stored.
+//
+// Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
+// (docs/kernels.md); the next kernel may launch once every CTA has passed it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/dispatch.hpp"
+#include "common/error.hpp"
+#include "common/math.cuh"
+#include "kernels/per_block_quant.hpp"
+
+namespace fp8quant::kernels {
+
+constexpr int kBlockQuantThreads = 256;
+
+template <typename T>
+struct BlockTile {
+  static constexpr int kVec = 16 / sizeof(T);                               // elements per 16 bytes
+  static constexpr int kRowThreads = kWeightBlock / kVec;                   // threads per block row
+  static constexpr int kRowsPerPass = kBlockQuantThreads / kRowThreads;     // rows per pass
+  static constexpr int kPasses = kWeightBlock / kRowsPerPass;               // passes per block
+  static constexpr int kWords = kPasses * 4;                                // 32-bit words a thread holds
+  static_assert(kBlockQuantThreads % kRowThreads == 0 && kWeightBlock % kRowsPerPass == 0, "tile");
+};
+
+// The elements of one 16-byte vector (4 words, low element first) as floats.
+template <typename T>
+__device__ __forceinline__ void unpack_vector(const uint32_t* words, float (&v)[16 / sizeof(T)]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      v[i] = __uint_as_float(words[i]);
+    } else {
+      const float2 f = math::unpack2(words[i], T{});
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// Max over the CTA (kBlockQuantThreads threads, all of which call it).
+__device__ __forceinline__ float block_max(float v, float* smem) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  constexpr int kWarps = kBlockQuantThreads / 32;
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = smem[0];
+#pragma unroll
+  for (int i = 1; i < kWarps; ++i) v = fmaxf(v, smem[i]);
+  return v;
+}
+
+template <class Arch, typename T, bool kUE8M0, bool kAligned>
+__global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(const __grid_constant__ BlockQuantProblem p) {
+  using Tile = BlockTile<T>;
+  __shared__ float warp_max[kBlockQuantThreads / 32];
+
+  // Locate this thread's column and first row
+  const int64_t b = blockIdx.z;
+  const int32_t col = blockIdx.x * kWeightBlock + (threadIdx.x % Tile::kRowThreads) * Tile::kVec;
+  const int32_t row0 = blockIdx.y * kWeightBlock + threadIdx.x / Tile::kRowThreads;
+  const T* src = static_cast<const T*>(p.w) + b * p.w_batch_stride + row0 * p.w_row_stride + col;
+  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + row0 * p.q_row_stride + col;
+  const int32_t cols_here = min(Tile::kVec, p.k - col);  // <= 0 past the right edge
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Load
+  uint32_t w[Tile::kWords];
+#pragma unroll
+  for (int pass = 0; pass < Tile::kPasses; ++pass) {
+    const bool row_ok = row0 + pass * Tile::kRowsPerPass < p.n;
+    const T* s = src + static_cast<int64_t>(pass) * Tile::kRowsPerPass * p.w_row_stride;
+    if constexpr (kAligned) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (row_ok && cols_here > 0) v = __ldg(reinterpret_cast<const uint4*>(s));
+      w[4 * pass] = v.x, w[4 * pass + 1] = v.y, w[4 * pass + 2] = v.z, w[4 * pass + 3] = v.w;
+    } else {
+      uint16_t h[Tile::kVec * sizeof(T) / 2];  // the vector's bytes as 16-bit halves
+#pragma unroll
+      for (int i = 0; i < Tile::kVec * int(sizeof(T)) / 2; ++i) h[i] = 0;
+#pragma unroll
+      for (int e = 0; e < Tile::kVec; ++e) {
+        if (row_ok && e < cols_here) {
+          const T value = s[e];
+          memcpy(&h[e * sizeof(T) / 2], &value, sizeof(T));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[4 * pass + i] = h[2 * i] | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
+    }
+  }
+
+  // Reduce amax: NaN is dropped; a block holding ±inf (rare) is reduced again without them
+  float amax = math::abs_max<T>(w);
+  const bool has_inf = __syncthreads_or(amax == INFINITY);
+  if (has_inf) {
+    float finite_amax = 0.0f;
+#pragma unroll
+    for (int pass = 0; pass < Tile::kPasses; ++pass) {
+      float v[Tile::kVec];
+      unpack_vector<T>(&w[4 * pass], v);
+#pragma unroll
+      for (int i = 0; i < Tile::kVec; ++i) {
+        const float a = fabsf(v[i]);
+        finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
+      }
+    }
+    amax = finite_amax;
+  }
+  amax = fmaxf(block_max(amax, warp_max), p.eps);
+
+  // Scale
+  float s = math::scale_from_amax(amax);
+  uint32_t e = 0;
+  if constexpr (kUE8M0) {
+    e = math::ue8m0_exponent(s);
+    s = math::ue8m0_to_float(e);
+  }
+
+  // Quantize and store q
+  const auto quantize = [&](auto&& divide) {
+#pragma unroll
+    for (int pass = 0; pass < Tile::kPasses; ++pass) {
+      float v[Tile::kVec];
+      unpack_vector<T>(&w[4 * pass], v);
+      uint32_t out[Tile::kVec / 4];
+#pragma unroll
+      for (int i = 0; i < Tile::kVec / 4; ++i) {
+        out[i] = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1])) |
+                 (math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3])) << 16);
+      }
+      const bool row_ok = row0 + pass * Tile::kRowsPerPass < p.n;
+      uint8_t* d = dst + static_cast<int64_t>(pass) * Tile::kRowsPerPass * p.q_row_stride;
+      if constexpr (kAligned) {
+        if (row_ok && cols_here > 0) {
+          if constexpr (Tile::kVec == 8) {
+            *reinterpret_cast<uint2*>(d) = make_uint2(out[0], out[1]);
+          } else {
+            *reinterpret_cast<uint32_t*>(d) = out[0];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < Tile::kVec; ++i) {
+          if (row_ok && i < cols_here) d[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
+        }
+      }
+    }
+  };
+  if constexpr (kUE8M0) {
+    const float inv = math::ue8m0_reciprocal(e);  // x * 2^-k is exact, so it equals x / 2^k
+    quantize([inv](float x) { return x * inv; });
+  } else if (s >= math::kFastDivMinScale && !has_inf) {
+    const float r = math::rcp_rn(s);
+    quantize([s, r](float x) { return math::div_rn_with_rcp(x, s, r); });
+  } else {
+    quantize([s](float x) { return __fdiv_rn(x, s); });
+  }
+
+  // Store the scale
+  if (threadIdx.x == 0) p.scale[b * p.scale_batch_stride + int64_t{blockIdx.y} * p.col_blocks + blockIdx.x] = s;
+}
+
+// Launch with programmatic stream serialization when problem.pdl allows it.
+template <typename Kernel>
+cudaError_t launch_block_quant(Kernel kernel, dim3 grid, cudaStream_t stream, const BlockQuantProblem& problem) {
+  if (problem.pdl) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kBlockQuantThreads);
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
+    cudaGetLastError();  // not sticky: clear it and try without the attribute
+  }
+  kernel<<<grid, kBlockQuantThreads, 0, stream>>>(problem);
+  return cudaGetLastError();
+}
+
+// Launch the kernel instantiated for `problem` on `stream`.
+template <class Arch>
+fp8quant_status_t launch_per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream) {
+  return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
+    return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
+      return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+        const dim3 grid(problem.col_blocks, problem.row_blocks, problem.batch);
+        return cuda_error(launch_block_quant(per_block_quant_kernel<Arch, T, kUE8M0, kAligned>, grid, stream, problem),
+                          "kernel launch");
+      });
+    });
+  });
+}
+
+}  // namespace fp8quant::kernels

@@ -1,0 +1,43 @@
+// Host-side description of one per-block (weight) quantization, validated by the C API and
+// handed to the launcher of the device's architecture.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8quant/common.h"
+
+namespace fp8quant {
+
+// The block a kernel instantiation quantizes: 128 x 128 elements, one CTA each.
+constexpr int32_t kWeightBlock = 128;
+
+struct BlockQuantProblem {
+  const void* w;
+  void* q;
+  float* scale;
+  int64_t w_batch_stride;  // elements
+  int64_t w_row_stride;    // elements
+  int64_t q_batch_stride;  // bytes
+  int64_t q_row_stride;    // bytes
+  int64_t scale_batch_stride;  // scale elements: row_blocks * col_blocks
+  int32_t batch;
+  int32_t n;
+  int32_t k;
+  int32_t row_blocks;  // ceil(n / kWeightBlock): grid.y
+  int32_t col_blocks;  // ceil(k / kWeightBlock): grid.x
+  float eps;
+  fp8quant_dtype_t dtype;
+  bool ue8m0;
+  bool aligned;  // w and q pointers, strides and k allow 16-byte accesses
+  bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
+};
+
+namespace sm90 {
+fp8quant_status_t per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream);
+}  // namespace sm90
+
+namespace sm100 {
+fp8quant_status_t per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream);
+}  // namespace sm100
+
+}  // namespace fp8quant
