@@ -67,7 +67,10 @@ for wheel in "$out"/wheelhouse/*.whl; do
     # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels)
     kernels=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_token_group_quant_kernel.*\.$arch\.")
     [ "$kernels" -eq 90 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 90"; exit 1; }
-    echo "$arch: $kernels per_token_group_quant kernels"
+    # per_block_quant: 3 dtypes x ue8m0 x aligned = 12
+    blocks=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_block_quant_kernel.*\.$arch\.")
+    [ "$blocks" -eq 12 ] || { echo "FAIL: $blocks per_block_quant kernels for $arch, expected 12"; exit 1; }
+    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels"
   done
 done
 
