@@ -35,9 +35,6 @@ import torch
 
 __all__ = ["Buffer", "Op", "TensorMeta", "is_eager", "tracing"]
 
-DEVICE_TYPES = ("cpu", "cuda")
-
-
 class TensorMeta(NamedTuple):
     """What an op's geometry may depend on: an input's shape and dtype (hashable when eager)."""
 
@@ -56,7 +53,7 @@ class Buffer:
     included: the kernels write all of it, so an ``out=`` tensor's storage must hold it.
     ``full_shape``, where given, is the shape of a view with ``stride`` over the whole buffer
     (padding rows included): allocation is then one ``empty_strided`` and, where the shapes
-    differ, a narrowing. ``context`` ends the messages about a wrong ``out=`` tensor
+    differ, a view of the visible part. ``context`` ends the messages about a wrong ``out=`` tensor
     (``"for scale_layout='mn'"``).
     """
 

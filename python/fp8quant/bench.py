@@ -263,9 +263,9 @@ def time_graph(call: Callable[[int], object], sets: int, calls: int) -> float:
 def copy_bandwidth_gbps(device: torch.device) -> float:
     """Device-to-device bandwidth of ``dst.copy_(src)`` on COPY_BYTES, counting read and write.
 
-    Eager, not in a CUDA graph: captured, the copy becomes a memcpy node, which an H200 ran at
-    2.8 TB/s against 4.2 TB/s eager. COPY_CALLS back-to-back copies per timed run, since a lone
-    copy's ramp-up and tail would cost it about 2%.
+    Eager, not in a CUDA graph: captured, the copy becomes a memcpy node, slower than the eager
+    copy kernel, which is what a quantizer's traffic compares with. COPY_CALLS back-to-back
+    copies per timed run, so that a lone copy's ramp-up and tail do not count.
     """
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)

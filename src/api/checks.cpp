@@ -57,6 +57,16 @@ fp8quant_status_t check_eps(float eps) {
   return FP8QUANT_SUCCESS;
 }
 
+fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* scale) {
+  FP8QUANT_CHECK_ARG(in.ptr != nullptr, in.name, "must not be null");
+  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
+  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(in.ptr) % in.elem == 0, in.name,
+                     "must be aligned to its element size (" + std::to_string(in.elem) + " bytes)");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
+  return FP8QUANT_SUCCESS;
+}
+
 fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
   using std::to_string;
   const int64_t row_given = t.row_stride, batch_given = t.batch_stride;

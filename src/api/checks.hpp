@@ -35,6 +35,10 @@ struct Operand {
   int64_t bytes = 0;     // set by the checks: first element to past the last
 };
 
+// The buffers of a quantization: input `in`, q and the scales non-null, the input aligned to its
+// element size and the scales to 4 bytes.
+fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* scale);
+
 // An input: strides >= 0 (rows and batches may overlap or repeat), span within 2^63 bytes.
 // Strides of size-1 dimensions are never stepped over: any value is accepted and set to 0.
 fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols);

@@ -104,17 +104,10 @@ fp8quant_status_t fp8quant_per_token_group_quant(
                          " scale rows, padding included, of " + to_string(slots) +
                          " slots), more than the limit of " + to_string(kMaxUnits));
 
-  // Buffers
-  FP8QUANT_CHECK_ARG(x != nullptr, "x", "must not be null");
-  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
-  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(x) % elem == 0, "x",
-                     "must be aligned to its element size (" + to_string(elem) + " bytes)");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
-
-  // Strides and spans; outputs share no byte with the input or with each other
+  // Buffers, strides and spans; outputs share no byte with the input or with each other
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_buffers(xs, q, scale));
   FP8QUANT_RETURN_IF_ERROR(check_input(xs, batch, m, k));
   FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, m, k));
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
@@ -152,9 +145,9 @@ fp8quant_status_t fp8quant_per_token_group_quant(
 
   // Dispatch on the architecture
   fp8quant::DeviceInfo device{};
-  if (const fp8quant_status_t st = fp8quant::current_device(&device); st != FP8QUANT_SUCCESS) return st;
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
   int arch = 0;
-  if (const fp8quant_status_t st = fp8quant::kernel_arch(device, &arch); st != FP8QUANT_SUCCESS) return st;
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
   problem.sm_count = device.sm_count;
   if (arch == 9) {
     return fp8quant::sm90::per_token_group_quant(problem, stream);

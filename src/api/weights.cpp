@@ -44,17 +44,10 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
   if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Buffers
-  FP8QUANT_CHECK_ARG(w != nullptr, "w", "must not be null");
-  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
-  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(w) % elem == 0, "w",
-                     "must be aligned to its element size (" + to_string(elem) + " bytes)");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
-
-  // Strides and spans; outputs share no byte with the input or with each other
+  // Buffers, strides and spans; outputs share no byte with the input or with each other
   Operand ws{"w", "w_row_stride", "w_batch_stride", w, elem, w_batch_stride, w_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_buffers(ws, q, scale));
   FP8QUANT_RETURN_IF_ERROR(check_input(ws, batch, n, k));
   FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, n, k));
   const int64_t row_blocks = ceil_div(n, kBlock), col_blocks = ceil_div(k, kBlock);

@@ -274,10 +274,9 @@ int resident_blocks_per_sm() {
 // Threads per block: Arch::kBlockThreads, or one warp when the whole launch is at most two warps
 // of teams per SM (M <= 16 at K = 7168). Whole blocks would crowd such a launch onto a few SMs
 // (M = 1: 56 groups in two blocks), each reading and converting its share alone; single-warp
-// blocks spread it over as many SMs as it has warps. H200, x in L2: M = 4 takes 0.77-0.82 us
-// instead of 0.90-1.05, M = 16 0.86-0.96 instead of 0.96-1.08. More single-warp blocks cost more
-// to launch than they save: up to four per SM, M = 32 took 1.26-1.33 us instead of 1.11-1.16.
-// The first wave (prefetch_blocks) is counted in whole blocks, several per SM; a single-warp
+// blocks spread it over as many SMs as it has warps. Beyond two warps per SM, more single-warp
+// blocks cost more to launch than they save (the measurements: docs/benchmarks-history.md, third
+// run, "Block size for small launches"). The first wave (prefetch_blocks) is counted in whole blocks, several per SM; a single-warp
 // launch has at most two blocks per SM, so all of it prefetches.
 template <class Arch, int kTeam>
 int block_threads(const QuantProblem& p) {
