@@ -13,7 +13,18 @@ import torch
 from ._checks import FP8_DTYPE, check_block_quant_args, check_quant_args, resolve_ue8m0
 from .layouts import ScaleSpec, scale_spec
 
-__all__ = ["FP8_MAX", "per_block_quant", "per_token_group_quant", "quantize_groups", "ue8m0_round_up"]
+__all__ = [
+    "FP8_MAX",
+    "convert_scales",
+    "pack_ue8m0",
+    "per_block_quant",
+    "per_token_group_quant",
+    "quantize_groups",
+    "requantize_ue8m0",
+    "sm100_weight_scales",
+    "ue8m0_round_up",
+    "unpack_ue8m0",
+]
 
 #: Largest finite float8_e4m3fn value.
 FP8_MAX = 448.0
@@ -94,14 +105,17 @@ def per_token_group_quant(
     spec = scale_spec(scale_layout, x.shape[-2], scale.shape[-1], tuple(x.shape[:-2]))
     if scale_layout != "packed_ue8m0":
         return q.contiguous(), _place_scales(scale, spec)
+    return q.contiguous(), _place_scales(_pack_bytes(e, spec.cols), spec)
 
-    # Pack four UE8M0 bytes per int32, little-endian; bytes of groups past G are 0
-    byte = torch.zeros((*scale.shape[:-1], 4 * spec.cols), dtype=torch.uint8, device=x.device)
-    byte[..., : scale.shape[-1]] = e.to(torch.uint8)
-    shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=x.device)
-    packed = (byte.unflatten(-1, (spec.cols, 4)).to(torch.int64) << shifts).sum(-1)
-    packed = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
-    return q.contiguous(), _place_scales(packed, spec)
+
+def _pack_bytes(e: torch.Tensor, words: int) -> torch.Tensor:
+    """UE8M0 bytes ``e [..., G]`` (int32) four to an int32 word, little-endian (byte j of word p is
+    group 4p + j): ``[..., words]``; the bytes of groups past G are 0."""
+    byte = torch.zeros((*e.shape[:-1], 4 * words), dtype=torch.uint8, device=e.device)
+    byte[..., : e.shape[-1]] = e.to(torch.uint8)
+    shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=e.device)
+    packed = (byte.unflatten(-1, (words, 4)).to(torch.int64) << shifts).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
 
 def per_block_quant(
@@ -128,3 +142,130 @@ def per_block_quant(
     q = _quantize(blocks, scale.unsqueeze(-2).unsqueeze(-1))
     q = q.flatten(-2).flatten(-3, -2)[..., :n, :k]
     return q.contiguous(), scale.contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# Scale transforms (docs/contract.md, "Scale transforms")
+# --------------------------------------------------------------------------------------------
+
+_FP32_LAYOUTS = ("row", "mn", "mn_tma")
+_UE8M0_SUBNORMAL = 0x00400000  # 2^-127, UE8M0 byte 0, a float32 subnormal
+
+
+def _check_scale_tensor(scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None) -> ScaleSpec:
+    """``scale`` has ``dtype`` and the shape and strides of ``layout`` (its own column count, or
+    ``cols`` groups for a packed tensor); returns its geometry."""
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"scale must be a torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != dtype:
+        raise TypeError(f"scale must be {dtype} for layout {layout!r}, got {scale.dtype}")
+    if scale.dim() < 2:
+        raise ValueError(f"scale must be [*, M, G], got shape {tuple(scale.shape)}")
+    spec = scale_spec(layout, scale.shape[-2], scale.shape[-1] if cols is None else cols, tuple(scale.shape[:-2]))
+    if tuple(scale.shape) != spec.shape or any(
+        n > 1 and st != want for n, st, want in zip(spec.shape, scale.stride(), spec.stride)
+    ):
+        raise ValueError(
+            f"scale must have shape {spec.shape} and strides {spec.stride} for layout {layout!r}, "
+            f"got {tuple(scale.shape)} and {tuple(scale.stride())}"
+        )
+    return spec
+
+
+def convert_scales(scale: torch.Tensor, from_layout: str, to_layout: str) -> torch.Tensor:
+    """fp32 scales ``[*, M, G]`` in ``from_layout`` as ``to_layout`` (each of ``"row"``, ``"mn"``,
+    ``"mn_tma"``): the same values at the target's strides, over a whole buffer whose padding
+    rows are 0 (SPEC 2)."""
+    for name, layout in (("from_layout", from_layout), ("to_layout", to_layout)):
+        if layout not in _FP32_LAYOUTS:
+            raise ValueError(f"{name} must be one of {_FP32_LAYOUTS}, got {layout!r}")
+    _check_scale_tensor(scale, from_layout, torch.float32)
+    spec = scale_spec(to_layout, scale.shape[-2], scale.shape[-1], tuple(scale.shape[:-2]))
+    return _place_scales(scale, spec)
+
+
+def _ue8m0_bytes(scale: torch.Tensor) -> torch.Tensor:
+    """The UE8M0 byte (int32) of each power-of-two float32 scale; ValueError at the first scale
+    that is not 2^k for k in [-127, 127]."""
+    bits = scale.contiguous().view(torch.int32)
+    normal = ((bits & 0x7FFFFF) == 0) & (bits >= 1 << 23) & (bits < 255 << 23)
+    ok = normal | (bits == _UE8M0_SUBNORMAL)
+    if not bool(ok.all()):
+        first = tuple(int(i) for i in (~ok).nonzero()[0])
+        raise ValueError(
+            f"scale{list(first)} = {scale[first].item()!r} is not a power of two in [2^-127, 2^127]: "
+            "only UE8M0 values can be packed (quantize with ue8m0=True, or requantize_ue8m0 a weight)"
+        )
+    return torch.where(bits == _UE8M0_SUBNORMAL, torch.zeros_like(bits), bits >> 23)
+
+
+def pack_ue8m0(scale: torch.Tensor, from_layout: str = "mn_tma") -> torch.Tensor:
+    """Power-of-two fp32 scales ``[*, M, G]`` (any fp32 layout) as packed_ue8m0: int32
+    ``[*, M, ceil(G/4)]``, byte j of word p the UE8M0 byte of group 4p + j, TMA-aligned rows,
+    padding bytes and rows 0 (SPEC 2). Any other value raises ValueError naming it."""
+    if from_layout not in _FP32_LAYOUTS:
+        raise ValueError(f"from_layout must be one of {_FP32_LAYOUTS}, got {from_layout!r}")
+    _check_scale_tensor(scale, from_layout, torch.float32)
+    spec = scale_spec("packed_ue8m0", scale.shape[-2], scale.shape[-1], tuple(scale.shape[:-2]))
+    return _place_scales(_pack_bytes(_ue8m0_bytes(scale), spec.cols), spec)
+
+
+def unpack_ue8m0(packed: torch.Tensor, num_groups: int, to_layout: str = "mn_tma") -> torch.Tensor:
+    """The fp32 scales ``2^(e - 127)`` of packed_ue8m0 words ``[*, M, ceil(G/4)]`` for
+    ``G = num_groups``, in ``to_layout`` (byte 0 is 2^-127, a float32 subnormal; byte 255, UE8M0's
+    NaN, raises ValueError)."""
+    if to_layout not in _FP32_LAYOUTS:
+        raise ValueError(f"to_layout must be one of {_FP32_LAYOUTS}, got {to_layout!r}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
+        raise ValueError(f"num_groups must be an int >= 0, got {num_groups!r}")
+    if isinstance(packed, torch.Tensor) and packed.dim() >= 2 and packed.shape[-1] != -(-num_groups // 4):
+        raise ValueError(f"packed has {packed.shape[-1]} words a row; {num_groups} groups need {-(-num_groups // 4)}")
+    _check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups)
+    shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=packed.device)
+    words = packed.to(torch.int64) & 0xFFFFFFFF
+    e = ((words.unsqueeze(-1) >> shifts) & 0xFF).flatten(-2)[..., :num_groups].to(torch.int32)
+    if bool((e == 255).any()):
+        raise ValueError("packed holds the UE8M0 NaN byte 0xFF")
+    bits = torch.where(e == 0, torch.full_like(e, _UE8M0_SUBNORMAL), e << 23)
+    spec = scale_spec(to_layout, packed.shape[-2], num_groups, tuple(packed.shape[:-2]))
+    return _place_scales(bits.view(torch.float32), spec)
+
+
+def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128) -> torch.Tensor:
+    """DeepGEMM SM100's form of power-of-two per-block weight scales ``[*, ceil(N/bn), kb]``
+    (contiguous fp32, as per_block_quant writes them): row n takes the scales of block
+    ``n // block_n``, packed like activation scales: int32 ``[*, N, ceil(kb/4)]``, strides
+    ``(1, align(N, 4))`` (SPEC 3)."""
+    if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or w_scale.dim() < 2:
+        raise TypeError("w_scale must be a float32 tensor [*, ceil(N / block_n), ceil(K / block_k)]")
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n must be a positive int, got {block_n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or -(-n // block_n) != w_scale.shape[-2]:
+        raise ValueError(f"n must be an int with ceil(n / block_n) == {w_scale.shape[-2]}, got {n!r}")
+    rows = w_scale.repeat_interleave(block_n, dim=-2)[..., :n, :].contiguous()  # [*, N, kb], row layout
+    return pack_ue8m0(rows, "row")
+
+
+def requantize_ue8m0(
+    q: torch.Tensor, scale: torch.Tensor, block_size: tuple[int, int] = (128, 128)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An already-quantized per-block weight (``q`` float8_e4m3fn ``[*, N, K]``, ``scale`` fp32
+    ``[*, ceil(N/bn), ceil(K/bk)]``, e.g. a DeepSeek-V3 checkpoint's ``weight`` and
+    ``weight_scale_inv``) re-quantized with power-of-two scales: ``s' = `` UE8M0 round-up of
+    ``s``, ``q' = e4m3_rne(fp32(q * (s / s')))`` (``s / s'`` is exact and in ``(1/2, 1]``, so
+    nothing saturates; NaN stays NaN). Returns ``(q', s')``."""
+    if not isinstance(q, torch.Tensor) or q.dtype != FP8_DTYPE or q.dim() not in (2, 3):
+        raise TypeError("q must be a float8_e4m3fn tensor [N, K] or [E, N, K]")
+    bn, bk = block_size
+    n, k = q.shape[-2], q.shape[-1]
+    want = (*q.shape[:-2], -(-n // bn), -(-k // bk))
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != want:
+        raise ValueError(f"scale must be float32 of shape {want} for q {tuple(q.shape)} and blocks {block_size}")
+    new_scale, _ = ue8m0_round_up(scale.contiguous())
+    ratio = (scale.double() / new_scale.double()).float()  # exact: a power-of-two division
+    per_elem = ratio.repeat_interleave(bn, dim=-2).repeat_interleave(bk, dim=-1)[..., :n, :k]
+    qf = q.float()
+    value = (qf.double() * per_elem.double()).float()  # one float32 rounding, as the kernel's multiply
+    out = value.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    out = out.view(torch.uint8).masked_fill(torch.isnan(qf), _FP8_NAN_BYTE).view(FP8_DTYPE)
+    return out.contiguous(), new_scale.contiguous()
