@@ -247,13 +247,13 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128) -> to
 
 
 def requantize_ue8m0(
-    q: torch.Tensor, scale: torch.Tensor, block_size: tuple[int, int] = (128, 128)
+    q: torch.Tensor, scale: torch.Tensor, block_size: tuple[int, int] = (128, 128), *, eps: float = 1e-4
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """An already-quantized per-block weight (``q`` float8_e4m3fn ``[*, N, K]``, ``scale`` fp32
     ``[*, ceil(N/bn), ceil(K/bk)]``, e.g. a DeepSeek-V3 checkpoint's ``weight`` and
-    ``weight_scale_inv``) re-quantized with power-of-two scales: ``s' = `` UE8M0 round-up of
-    ``s``, ``q' = e4m3_rne(fp32(q * (s / s')))`` (``s / s'`` is exact and in ``(1/2, 1]``, so
-    nothing saturates; NaN stays NaN). Returns ``(q', s')``."""
+    ``weight_scale_inv``) re-quantized with power-of-two scales, the way SGLang and vLLM prepare
+    such checkpoints for DeepGEMM on Blackwell: dequantize (``q * s`` in float32, rounded to
+    bfloat16), then :func:`per_block_quant` with ``ue8m0=True``. Returns ``(q', s')``."""
     if not isinstance(q, torch.Tensor) or q.dtype != FP8_DTYPE or q.dim() not in (2, 3):
         raise TypeError("q must be a float8_e4m3fn tensor [N, K] or [E, N, K]")
     bn, bk = block_size
@@ -261,11 +261,6 @@ def requantize_ue8m0(
     want = (*q.shape[:-2], -(-n // bn), -(-k // bk))
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != want:
         raise ValueError(f"scale must be float32 of shape {want} for q {tuple(q.shape)} and blocks {block_size}")
-    new_scale, _ = ue8m0_round_up(scale.contiguous())
-    ratio = (scale.double() / new_scale.double()).float()  # exact: a power-of-two division
-    per_elem = ratio.repeat_interleave(bn, dim=-2).repeat_interleave(bk, dim=-1)[..., :n, :k]
-    qf = q.float()
-    value = (qf.double() * per_elem.double()).float()  # one float32 rounding, as the kernel's multiply
-    out = value.clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    out = out.view(torch.uint8).masked_fill(torch.isnan(qf), _FP8_NAN_BYTE).view(FP8_DTYPE)
-    return out.contiguous(), new_scale.contiguous()
+    per_elem = scale.repeat_interleave(bn, dim=-2).repeat_interleave(bk, dim=-1)[..., :n, :k]
+    dequantized = (q.float() * per_elem).to(torch.bfloat16)
+    return per_block_quant(dequantized, block_size, ue8m0=True, eps=eps)

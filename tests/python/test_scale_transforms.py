@@ -139,7 +139,8 @@ def test_sm100_weight_scales_of_a_quantized_weight():
 
 
 def test_requantize_by_hand():
-    """Scale 1.5 rounds up to 2: q * 0.75 re-rounded to e4m3 (448 -> 336, a tie: -> 320; 1 -> 0.75)."""
+    """Block scale 1.5, largest element 448: dequantized 672, new scale 672 / 448 = 1.5 rounded up
+    to 2; 672 / 2 = 336, a tie between e4m3's 320 and 352: 320; 1.5 / 2 = 0.75; -4.5 / 2 = -2.25."""
     q = torch.zeros(2, 3, dtype=FP8)
     q[0, 0], q[0, 1], q[1, 2] = 448.0, 1.0, -3.0
     q2, s2 = R.requantize_ue8m0(q, torch.tensor([[1.5]]), (2, 3))
@@ -150,11 +151,19 @@ def test_requantize_by_hand():
 
 
 def test_requantize_keeps_power_of_two_blocks_and_nan():
+    """Blocks with power-of-two scales keep their values exactly (q' * s' == q * s): the scale
+    stays, or halves where the block's largest element rounded down to 224 * 2^j. NaN stays NaN."""
     w = torch.randn(260, 300, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
     q, s = fp8quant.per_block_quant(w, ue8m0=True)
     q.view(torch.uint8)[3, 4] = 0x7F  # NaN
     q2, s2 = R.requantize_ue8m0(q, s)
-    assert torch.equal(s2, s) and torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
+
+    def values(q, s):
+        return q.float() * s.repeat_interleave(128, 0)[:260].repeat_interleave(128, 1)[:, :300]
+
+    assert bool(((s2 == s) | (s2 == s / 2)).all())
+    torch.testing.assert_close(values(q2, s2), values(q, s), rtol=0, atol=0, equal_nan=True)
+    assert q2.view(torch.uint8)[3, 4] == 0x7F
 
 
 def test_requantize_stays_close_to_the_weight():
@@ -165,3 +174,13 @@ def test_requantize_stays_close_to_the_weight():
     assert ((deq - w.float()).norm() / w.float().norm()).item() < 0.08
     with pytest.raises(ValueError, match=r"^scale must be float32 of shape \(3, 3\)"):
         R.requantize_ue8m0(q, s[:2])
+
+
+def test_requantize_is_dequantize_then_quantize():
+    """The same as quantizing the bf16 dequantized weight with UE8M0 scales (partial blocks, 3-D)."""
+    w = (torch.randn(2, 200, 300, generator=torch.Generator().manual_seed(4)) * 3).to(torch.bfloat16)
+    q, s = fp8quant.per_block_quant(w)
+    deq = (q.float() * s.repeat_interleave(128, 1)[:, :200].repeat_interleave(128, 2)[:, :, :300]).to(torch.bfloat16)
+    want_q, want_s = fp8quant.per_block_quant(deq, ue8m0=True)
+    got_q, got_s = R.requantize_ue8m0(q, s)
+    assert torch.equal(got_s, want_s) and torch.equal(got_q.view(torch.uint8), want_q.view(torch.uint8))
