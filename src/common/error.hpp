@@ -33,13 +33,3 @@ fp8quant_status_t cuda_error(cudaError_t err, const char* what);
     const fp8quant_status_t st_ = (expr);                                                        \
     if (st_ != FP8QUANT_SUCCESS) return st_;                                                     \
   } while (0)
-
-// Return FP8QUANT_ERROR_CUDA from the enclosing function if a CUDA call failed.
-#define FP8QUANT_CHECK_CUDA(expr)                                                                \
-  do {                                                                                           \
-    const cudaError_t err_ = (expr);                                                             \
-    if (err_ != cudaSuccess) {                                                                   \
-      return ::fp8quant::set_error(FP8QUANT_ERROR_CUDA, std::string(#expr) + " failed: " +       \
-                                                            cudaGetErrorString(err_));           \
-    }                                                                                            \
-  } while (0)

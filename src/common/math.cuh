@@ -63,6 +63,23 @@ __device__ __forceinline__ float ue8m0_reciprocal(uint32_t e) {
   return __uint_as_float(e < 254u ? (254u - e) << 23 : 0x00400000u);
 }
 
+// Run quantize(divide), where divide(x) is x / s rounded to nearest, computed the cheapest exact
+// way (SPEC 1, step 4): UE8M0 scales multiply by the exact reciprocal 2^-k (e is s's UE8M0 byte);
+// fp32 scales take div_rn_with_rcp, or IEEE division for scales below kFastDivMinScale and for
+// groups holding an infinity. One branch here, none per element.
+template <bool kUE8M0, typename Quantize>
+__device__ __forceinline__ void with_divide(float s, uint32_t e, bool has_inf, Quantize&& quantize) {
+  if constexpr (kUE8M0) {
+    const float inv = ue8m0_reciprocal(e);  // x * 2^-k is exact, so it equals x / 2^k
+    quantize([inv](float x) { return x * inv; });
+  } else if (s >= kFastDivMinScale && !has_inf) {
+    const float r = rcp_rn(s);
+    quantize([s, r](float x) { return div_rn_with_rcp(x, s, r); });
+  } else {
+    quantize([s](float x) { return __fdiv_rn(x, s); });
+  }
+}
+
 // Two floats to two e4m3 bytes (low byte from `lo`): round to nearest even, saturate to ±448,
 // NaN to NaN.
 __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {

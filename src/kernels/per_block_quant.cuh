@@ -17,6 +17,7 @@
 
 #include "common/dispatch.hpp"
 #include "common/error.hpp"
+#include "common/launch.cuh"
 #include "common/math.cuh"
 #include "kernels/per_block_quant.hpp"
 
@@ -162,38 +163,10 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
       }
     }
   };
-  if constexpr (kUE8M0) {
-    const float inv = math::ue8m0_reciprocal(e);  // x * 2^-k is exact, so it equals x / 2^k
-    quantize([inv](float x) { return x * inv; });
-  } else if (s >= math::kFastDivMinScale && !has_inf) {
-    const float r = math::rcp_rn(s);
-    quantize([s, r](float x) { return math::div_rn_with_rcp(x, s, r); });
-  } else {
-    quantize([s](float x) { return __fdiv_rn(x, s); });
-  }
+  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
 
   // Store the scale
   if (threadIdx.x == 0) p.scale[b * p.scale_batch_stride + int64_t{blockIdx.y} * p.col_blocks + blockIdx.x] = s;
-}
-
-// Launch with programmatic stream serialization when problem.pdl allows it.
-template <typename Kernel>
-cudaError_t launch_block_quant(Kernel kernel, dim3 grid, cudaStream_t stream, const BlockQuantProblem& problem) {
-  if (problem.pdl) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(kBlockQuantThreads);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
-    cudaGetLastError();  // not sticky: clear it and try without the attribute
-  }
-  kernel<<<grid, kBlockQuantThreads, 0, stream>>>(problem);
-  return cudaGetLastError();
 }
 
 // Launch the kernel instantiated for `problem` on `stream`.
@@ -203,7 +176,8 @@ fp8quant_status_t launch_per_block_quant(const BlockQuantProblem& problem, cudaS
     return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
       return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
         const dim3 grid(problem.col_blocks, problem.row_blocks, problem.batch);
-        return cuda_error(launch_block_quant(per_block_quant_kernel<Arch, T, kUE8M0, kAligned>, grid, stream, problem),
+        const auto kernel = per_block_quant_kernel<Arch, T, kUE8M0, kAligned>;
+        return cuda_error(launch_with_pdl(kernel, grid, dim3(kBlockQuantThreads), stream, problem, problem.pdl),
                           "kernel launch");
       });
     });

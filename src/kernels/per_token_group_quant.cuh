@@ -28,6 +28,7 @@
 #include "common/dispatch.hpp"
 #include "common/error.hpp"
 #include "common/fast_divisor.hpp"
+#include "common/launch.cuh"
 #include "common/math.cuh"
 #include "kernels/per_token_group_quant.hpp"
 
@@ -203,16 +204,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       out[i] = lo | (hi << 16);
     }
   };
-  if constexpr (kUE8M0) {
-    // x * 2^-k is exact, so it equals x / 2^k
-    const float inv = math::ue8m0_reciprocal(e);
-    quantize([inv](float x) { return x * inv; });
-  } else if (s >= math::kFastDivMinScale && !has_inf) {
-    const float r = math::rcp_rn(s);
-    quantize([s, r](float x) { return math::div_rn_with_rcp(x, s, r); });
-  } else {
-    quantize([s](float x) { return __fdiv_rn(x, s); });
-  }
+  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
 
   // Store q
   if (pos.valid) {
@@ -235,28 +227,6 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 }
 
-// Launch with programmatic stream serialization (the kernel may start while the previous kernel
-// in the stream finishes) when problem.pdl allows it; where the launch refuses the attribute,
-// launch plainly.
-template <typename Kernel>
-cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const QuantProblem& problem) {
-  if (problem.pdl) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
-    cudaGetLastError();  // not sticky: clear it and try without the attribute
-  }
-  kernel<<<grid, block, 0, stream>>>(problem);
-  return cudaGetLastError();
-}
-
 // Blocks of kKernel one SM holds at once (its occupancy), asked once per kernel.
 template <class Arch, auto kKernel>
 int resident_blocks_per_sm() {
@@ -276,8 +246,9 @@ int resident_blocks_per_sm() {
 // (M = 1: 56 groups in two blocks), each reading and converting its share alone; single-warp
 // blocks spread it over as many SMs as it has warps. Beyond two warps per SM, more single-warp
 // blocks cost more to launch than they save (the measurements: docs/benchmarks-history.md, third
-// run, "Block size for small launches"). The first wave (prefetch_blocks) is counted in whole blocks, several per SM; a single-warp
-// launch has at most two blocks per SM, so all of it prefetches.
+// run, "Block size for small launches"). The first wave (prefetch_blocks) is counted in whole
+// blocks, several per SM; a single-warp launch has at most two blocks per SM, so all of it
+// prefetches.
 template <class Arch, int kTeam>
 int block_threads(const QuantProblem& p) {
   constexpr int kWarpTeams = 32 / kTeam;
@@ -304,7 +275,8 @@ fp8quant_status_t launch_per_token_group_quant(const QuantProblem& problem_in, c
               const int threads = block_threads<Arch, kTeam>(problem);
               const int teams_per_block = threads / kTeam;
               const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
-              return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem), "kernel launch");
+              return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),
+                                "kernel launch");
             }
           });
         });
