@@ -35,20 +35,14 @@ struct Operand {
   int64_t bytes = 0;     // set by the checks: first element to past the last
 };
 
-// The buffers of a quantization: input `in`, q and the scales non-null, the input aligned to its
-// element size and the scales to 4 bytes.
-fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* scale);
-
-// An input: strides >= 0 (rows and batches may overlap or repeat), span within 2^63 bytes.
-// Strides of size-1 dimensions are never stepped over: any value is accepted and set to 0.
-fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols);
-
-// A row-major output: rows and batches must not overlap, span within 2^63 bytes; strides of
-// size-1 dimensions as for inputs.
-fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols);
-
-// `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
-fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
-                              const void* b, int64_t b_bytes);
+// Everything about the buffers of a quantization of `in` ([batch, rows, cols], read) into `q`
+// (like-shaped, row-major, written) and `scale` (`scale_bytes` from its pointer), in this order:
+// non-null pointers, `in` aligned to its element and `scale` to 4 bytes; `in`'s strides (>= 0,
+// rows and batches may repeat) and `q`'s (rows and batches apart), each span within 2^63 bytes;
+// outputs sharing no byte with the input or each other ("q: overlaps x"). Strides of size-1
+// dimensions are never stepped over: any value is accepted and set to 0 in `in` and `q`, whose
+// `bytes` are set to their spans.
+fp8quant_status_t check_quantization_buffers(Operand& in, Operand& q, const void* scale, int64_t scale_bytes,
+                                             int64_t batch, int64_t rows, int64_t cols);
 
 }  // namespace fp8quant::api

@@ -107,13 +107,8 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   // Buffers, strides and spans; outputs share no byte with the input or with each other
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_buffers(xs, q, scale));
-  FP8QUANT_RETURN_IF_ERROR(check_input(xs, batch, m, k));
-  FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, m, k));
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
-  FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "x", x, xs.bytes));
-  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "x", x, xs.bytes));
-  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "q", q, qs.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, qs, scale, scale_bytes, batch, m, k));
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem;  // elements in 16 bytes

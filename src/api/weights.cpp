@@ -47,14 +47,9 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   // Buffers, strides and spans; outputs share no byte with the input or with each other
   Operand ws{"w", "w_row_stride", "w_batch_stride", w, elem, w_batch_stride, w_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_buffers(ws, q, scale));
-  FP8QUANT_RETURN_IF_ERROR(check_input(ws, batch, n, k));
-  FP8QUANT_RETURN_IF_ERROR(check_output(qs, batch, n, k));
   const int64_t row_blocks = ceil_div(n, kBlock), col_blocks = ceil_div(k, kBlock);
   const int64_t scale_bytes = batch * row_blocks * col_blocks * 4;
-  FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "w", w, ws.bytes));
-  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "w", w, ws.bytes));
-  FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "q", q, qs.bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(ws, qs, scale, scale_bytes, batch, n, k));
 
   // 16-byte accesses need every row (pointer, strides and k) on 16-byte boundaries of both
   const int64_t vec = 16 / elem;
