@@ -27,13 +27,23 @@ def resolve_ue8m0(scale_layout: str, ue8m0: bool | None) -> bool:
     return ue8m0 is True
 
 
+def _check_input(t: torch.Tensor, name: str, shapes: str) -> None:
+    """An input of the quantizers: a 2-D or 3-D (``shapes`` names them) tensor of an input dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in INPUT_DTYPES:
+        raise TypeError(f"{name} must be bfloat16, float16 or float32, got {t.dtype}")
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be {shapes}, got shape {tuple(t.shape)}")
+
+
+def _check_last_dim(t: torch.Tensor, name: str) -> None:
+    if t.numel() > 0 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
+
+
 def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"x must be bfloat16, float16 or float32, got {x.dtype}")
-    if x.dim() not in (2, 3):
-        raise ValueError(f"x must be 2-D [M, K] or 3-D [B, M, K], got shape {tuple(x.shape)}")
+    _check_input(x, "x", "2-D [M, K] or 3-D [B, M, K]")
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
     if group_size not in GROUP_SIZES:
@@ -41,8 +51,7 @@ def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
     k = x.shape[-1]
     if k == 0 or k % group_size != 0:
         raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of group_size ({group_size})")
-    if x.numel() > 0 and x.stride(-1) != 1:
-        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    _check_last_dim(x, "x")
     check_eps(eps)
 
 
@@ -56,16 +65,10 @@ def check_eps(eps: float) -> None:
 
 
 def check_block_quant_args(w: torch.Tensor, block_size, ue8m0: bool, eps: float) -> None:
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"w must be a torch.Tensor, got {type(w).__name__}")
-    if w.dtype not in INPUT_DTYPES:
-        raise TypeError(f"w must be bfloat16, float16 or float32, got {w.dtype}")
-    if w.dim() not in (2, 3):
-        raise ValueError(f"w must be 2-D [N, K] or 3-D [E, N, K], got shape {tuple(w.shape)}")
+    _check_input(w, "w", "2-D [N, K] or 3-D [E, N, K]")
     if w.shape[-1] == 0:
         raise ValueError("w.shape[-1] (K) must be positive")
-    if w.numel() > 0 and w.stride(-1) != 1:
-        raise ValueError(f"w must have a contiguous last dimension, got strides {tuple(w.stride())}")
+    _check_last_dim(w, "w")
     if not (
         isinstance(block_size, (tuple, list))
         and len(block_size) == 2

@@ -1,5 +1,6 @@
-"""The compiled extension (``fp8quant._C``) and what every op's CUDA launch shares: the current
-stream as an address, and the programmatic-dependent-launch switch."""
+"""The compiled extension (``fp8quant._C``) and what every op's CUDA launch shares: the call of
+a ``_C`` entry on a tensor's device and current stream, and the programmatic-dependent-launch
+switch."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import importlib
 
 import torch
 
-__all__ = ["current_device", "extension", "pdl_enabled", "raw_stream", "set_pdl"]
+__all__ = ["DTYPE_CODES", "current_device", "extension", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
+
+#: fp8quant_dtype_t of each input dtype.
+DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 try:
     _C = importlib.import_module(f"{__package__}._C")
@@ -35,6 +39,27 @@ def extension():
             f"be quantized: {_C_IMPORT_ERROR}"
         )
     return _C
+
+
+def launch_rows(entry, x: torch.Tensor, q: torch.Tensor, *rest) -> None:
+    """Call a ``_C`` entry that quantizes ``x`` (``[rows, cols]`` or ``[batch, rows, cols]``) into
+    the like-shaped ``q``, on x's device and its current stream:
+    ``entry(x, x_dtype, batch, rows, cols, x_batch_stride, x_row_stride, q, q_batch_stride,
+    q_row_stride, *rest, stream)``, tensors as addresses, strides in elements (bytes of q)."""
+    device = x.get_device()
+    if device != current_device():
+        with torch.cuda.device(device):
+            return launch_rows(entry, x, q, *rest)
+    shape, xs, qs = x.shape, x.stride(), q.stride()
+    if len(shape) == 2:
+        batch, x_batch, q_batch = 1, 0, 0
+    else:
+        batch, x_batch, q_batch = shape[0], xs[0], qs[0]
+    entry(
+        x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2], shape[-1], x_batch, xs[-2],
+        q.data_ptr(), q_batch, qs[-2], *rest, raw_stream(device),
+    )  # fmt: skip
+    return None
 
 
 def set_pdl(enabled: bool) -> bool:

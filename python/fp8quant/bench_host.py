@@ -21,7 +21,7 @@ import torch
 
 from . import _ext, bench
 from .layouts import empty_scale
-from .quant import _DTYPE_CODES, _LAYOUT_CODES, per_token_group_quant
+from .quant import _LAYOUT_CODES, per_token_group_quant
 
 __all__ = ["HostResult", "host_overhead", "run_host"]
 
@@ -63,7 +63,7 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
     ue8m0 = layout == "packed_ue8m0"
     ext = _ext.extension()
     stream = _ext.raw_stream(device.index)
-    raw_args = (x.data_ptr(), _DTYPE_CODES[dtype], 1, m, k, 0, k, q.data_ptr(), 0, k, s.data_ptr(),
+    raw_args = (x.data_ptr(), _ext.DTYPE_CODES[dtype], 1, m, k, 0, k, q.data_ptr(), 0, k, s.data_ptr(),
                 _LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream)  # fmt: skip
     noop = _noop_custom_op()
     return {

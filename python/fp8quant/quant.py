@@ -6,14 +6,13 @@ import torch
 
 from . import reference
 from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
-from ._ext import current_device as _current_device, extension as _extension, raw_stream
+from ._ext import extension as _extension, launch_rows
 from ._ops import Buffer, Op, TensorMeta
 from .layouts import scale_spec
 
 __all__ = ["per_token_group_quant"]
 
 _LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
-_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # fp8quant_dtype_t
 
 
 def _geometry(x: TensorMeta, group_size: int, scale_layout: str, ue8m0: bool, eps: float) -> tuple[Buffer, Buffer]:
@@ -29,21 +28,10 @@ def _launch(
 ) -> None:
     """Enqueue the kernel on x's device and current stream: pointers and strides go straight to the
     C API, which checks every value (strides, alignment, overlap, limits)."""
-    device = x.get_device()
-    if device != _current_device():
-        with torch.cuda.device(device):
-            return _launch(x, q, scale, group_size, scale_layout, ue8m0, eps)
-    shape, xs, qs = x.shape, x.stride(), q.stride()
-    if len(shape) == 2:
-        batch, x_batch, q_batch = 1, 0, 0
-    else:
-        batch, x_batch, q_batch = shape[0], xs[0], qs[0]
-    _extension().per_token_group_quant_ptr(
-        x.data_ptr(), _DTYPE_CODES[x.dtype], batch, shape[-2], shape[-1], x_batch, xs[-2],
-        q.data_ptr(), q_batch, qs[-2], scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0,
-        group_size, eps, raw_stream(device),
+    launch_rows(
+        _extension().per_token_group_quant_ptr, x, q, scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0,
+        group_size, eps,
     )  # fmt: skip
-    return None
 
 
 def _reference(x, group_size, scale_layout, ue8m0, eps):

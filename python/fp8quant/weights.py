@@ -7,9 +7,8 @@ import torch
 
 from . import reference
 from ._checks import FP8_DTYPE, check_block_quant_args
-from ._ext import current_device, extension, raw_stream
+from ._ext import extension, launch_rows
 from ._ops import Buffer, Op, TensorMeta
-from .quant import _DTYPE_CODES
 
 __all__ = ["per_block_quant"]
 
@@ -29,20 +28,7 @@ def _geometry(w: TensorMeta, block_n: int, block_k: int, ue8m0: bool, eps: float
 
 def _launch(w, q, scale, block_n: int, block_k: int, ue8m0: bool, eps: float) -> None:
     """Enqueue the kernel on w's device and current stream; the C API checks every value."""
-    device = w.get_device()
-    if device != current_device():
-        with torch.cuda.device(device):
-            return _launch(w, q, scale, block_n, block_k, ue8m0, eps)
-    shape, ws, qs = w.shape, w.stride(), q.stride()
-    if len(shape) == 2:
-        batch, w_batch, q_batch = 1, 0, 0
-    else:
-        batch, w_batch, q_batch = shape[0], ws[0], qs[0]
-    extension().per_block_quant_ptr(
-        w.data_ptr(), _DTYPE_CODES[w.dtype], batch, shape[-2], shape[-1], w_batch, ws[-2],
-        q.data_ptr(), q_batch, qs[-2], scale.data_ptr(), block_n, block_k, ue8m0, eps, raw_stream(device),
-    )  # fmt: skip
-    return None
+    launch_rows(extension().per_block_quant_ptr, w, q, scale.data_ptr(), block_n, block_k, ue8m0, eps)
 
 
 def _reference(w, block_n, block_k, ue8m0, eps):

@@ -187,3 +187,22 @@ def test_compiled_public_out_of_padded_output_is_refused():
 def test_device_must_be_cpu_or_cuda():
     with pytest.raises(ValueError, match=r"^x must be a CUDA or CPU tensor, got device meta$"):
         TOY(torch.empty(5, 8, device="meta"), 3.0)
+
+
+def test_launch_rows_passes_addresses_and_strides(monkeypatch):
+    """The one call of a _C entry every op's launch goes through: x and q as addresses, batch,
+    rows and cols from x, strides in elements of x and bytes of q (batch strides 0 for 2-D), then
+    the op's own arguments and the stream of x's device."""
+    from fp8quant import _ext  # noqa: PLC0415
+
+    monkeypatch.setattr(_ext, "current_device", lambda: -1)  # CPU tensors report device -1
+    monkeypatch.setattr(_ext, "raw_stream", lambda device: 0xBEEF)
+    calls = []
+    x = torch.empty(3, 5, 16, dtype=torch.bfloat16)[:, 1:4]
+    q = torch.empty(3, 3, 32, dtype=torch.float8_e4m3fn)[:, :, :16]
+    _ext.launch_rows(lambda *args: calls.append(args), x, q, "scale", 7)
+    _ext.launch_rows(lambda *args: calls.append(args), x[0], q[0], "scale", 7)
+    assert calls == [
+        (x.data_ptr(), 2, 3, 3, 16, 80, 16, q.data_ptr(), 96, 32, "scale", 7, 0xBEEF),
+        (x[0].data_ptr(), 2, 1, 3, 16, 0, 16, q[0].data_ptr(), 0, 32, "scale", 7, 0xBEEF),
+    ]
