@@ -179,6 +179,9 @@ class Report:
     method: str
     copy_gbps: float | None  # None on the CPU
     results: list[Result] = field(default_factory=list)
+    op: str = "per_token_group_quant"
+    rows: str = "M"  # what a result's first size counts
+    granularity: str = ""  # in the title instead of "group size N" (for instance "128 x 128 blocks")
 
     def pct_copy(self, result: Result) -> float | None:
         return None if self.copy_gbps is None else 100.0 * result.gbps / self.copy_gbps
@@ -190,7 +193,7 @@ class Report:
 
     def table(self) -> str:
         """The results, one line each, for the terminal."""
-        lines = [f"{'M':>6} {'K':>6}  {'format':<14}{'time µs':>10}{'GB/s':>10}{'%copy':>7}"]
+        lines = [f"{self.rows:>6} {'K':>6}  {'format':<14}{'time µs':>10}{'GB/s':>10}{'%copy':>7}"]
         for r in self.results:
             pct = self.pct_copy(r)
             pct_text = "-" if pct is None else f"{pct:.1f}"
@@ -204,7 +207,7 @@ class Report:
         by_key = {(r.m, r.k, r.name): r for r in self.results}
         cell_text = "time per call in µs" + ("" if self.copy_gbps is None else " (% of copy bandwidth)")
         lines = [
-            f"### per_token_group_quant: {self.device}, {self.dtype} input, group size {self.group_size}",
+            f"### {self.op}: {self.device}, {self.dtype} input, {self.granularity or f'group size {self.group_size}'}",
             "",
             f"fp8quant {__version__}, torch {torch.__version__}. {self.method}",
         ]
@@ -213,7 +216,7 @@ class Report:
         lines += [
             f"Each cell: {cell_text}.",
             "",
-            "| M | K | " + " | ".join(names) + " |",
+            f"| {self.rows} | K | " + " | ".join(names) + " |",
             "|" + "--:|" * (len(names) + 2),
         ]
         for m, k in shapes:

@@ -18,24 +18,24 @@ __all__ = ["SHAPES", "run_weights"]
 SHAPES = ((4096, 7168), (7168, 18432), (18432, 7168), (24576, 1536), (32768, 512), (7168, 16384))
 
 
-def time_shape(n: int, k: int, dtype: torch.dtype, ue8m0: bool, copy_gbps: float, rotation_bytes: int):
+def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
+    """per_block_quant with fp32 and with UE8M0 scales, and torch's cast, on one buffer rotation."""
     device = torch.device("cuda", torch.cuda.current_device())
-    scale_numel = -(-n // 128) * -(-k // 128)
-    nbytes = n * k * (dtype.itemsize + 1) + 4 * scale_numel
+    scale_shape = (-(-n // 128), -(-k // 128))
+    cast_bytes = n * k * (dtype.itemsize + 1)
+    nbytes = cast_bytes + 4 * scale_shape[0] * scale_shape[1]
     sets = bench.rotation_sets(nbytes, rotation_bytes)
-    ws = [torch.randn((n, k), device=device).mul_(bench.INPUT_STD).to(dtype) for _ in range(sets)]
+    ws = [bench.random_input(n, k, dtype, device) for _ in range(sets)]
     qs = [torch.empty((n, k), dtype=torch.float8_e4m3fn, device=device) for _ in range(sets)]
-    ss = [torch.empty((-(-n // 128), -(-k // 128)), device=device) for _ in range(sets)]
+    ss = [torch.empty(scale_shape, device=device) for _ in range(sets)]
     calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
-    results = []
-    for name, call in (
-        ("per_block_quant" + ("+ue8m0" if ue8m0 else ""), lambda i: per_block_quant(ws[i], ue8m0=ue8m0, out=(qs[i], ss[i]))),
-        ("torch cast", lambda i: qs[i].copy_(ws[i])),
-    ):
-        us = bench.time_graph(call, sets, calls)
-        moved = nbytes if name != "torch cast" else n * k * (dtype.itemsize + 1)
-        results.append(bench.Result(n, k, name, us, moved, sets, calls))
-    return results
+    entries = (
+        ("per_block_quant", nbytes, lambda i: per_block_quant(ws[i], out=(qs[i], ss[i]))),
+        ("per_block_quant+ue8m0", nbytes, lambda i: per_block_quant(ws[i], ue8m0=True, out=(qs[i], ss[i]))),
+        ("torch cast", cast_bytes, lambda i: qs[i].copy_(ws[i])),
+    )
+    return [bench.Result(n, k, name, bench.time_graph(call, sets, calls), moved, sets, calls)
+            for name, moved, call in entries]  # fmt: skip
 
 
 def run_weights(args) -> int:
@@ -47,19 +47,19 @@ def run_weights(args) -> int:
         device=torch.cuda.get_device_name(device),
         dtype=args.dtype,
         group_size=128,
-        method=bench.method_text(args.rotation_mib) + " Weights: per_block_quant, 128 x 128 blocks.",
+        method=bench.method_text(args.rotation_mib),
         copy_gbps=copy_gbps,
+        op="per_block_quant",
+        rows="N",
+        granularity="128 x 128 blocks",
     )
     shapes = [(m, args.k) for m in args.m] if args.m else SHAPES
     for index, (n, k) in enumerate(shapes, 1):
         bench.progress(f"[{index}/{len(shapes)}] N={n} K={k}")
-        for ue8m0 in (False, True):
-            results = time_shape(n, k, bench.DTYPES[args.dtype], ue8m0, copy_gbps, args.rotation_mib << 20)
-            report.results += results if not ue8m0 else results[:1]
+        report.results += time_shape(n, k, bench.DTYPES[args.dtype], copy_gbps, args.rotation_mib << 20)
         torch.cuda.empty_cache()
-    print(report.table().replace("     M      K", "     N      K"), flush=True)
+    print(report.table(), flush=True)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
-            text = report.markdown().replace("### per_token_group_quant", "### per_block_quant")
-            f.write(text.replace(", group size 128", ", 128 x 128 blocks").replace("| M |", "| N |"))
+            f.write(report.markdown())
     return 0

@@ -57,3 +57,17 @@ def test_host_overhead_needs_a_gpu():
         pytest.skip("a GPU is present: the GPU suite runs the host-overhead mode")
     with pytest.raises(SystemExit, match=r"^--host-overhead times eager calls on a CUDA GPU; none was found$"):
         args.run(args)
+
+
+def test_report_names_its_op_rows_and_granularity():
+    """The weights bench reports N rows and 128 x 128 blocks; the default stays the quantizer's."""
+    weights = bench.Report("GPU", "bf16", 128, "method", 4000.0, op="per_block_quant", rows="N",
+                           granularity="128 x 128 blocks")  # fmt: skip
+    weights.results.append(bench.Result(4096, 7168, "per_block_quant", 20.0, 88_080_384, 2, 100))
+    assert weights.table().split("\n")[0].split()[:2] == ["N", "K"]
+    md = weights.markdown()
+    assert md.startswith("### per_block_quant: GPU, bf16 input, 128 x 128 blocks\n") and "| N | K |" in md
+    default = bench.Report("GPU", "bf16", 64, "method", 4000.0)
+    default.results.append(bench.Result(1, 7168, "row", 1.0, 100, 1, 1))
+    assert default.markdown().startswith("### per_token_group_quant: GPU, bf16 input, group size 64\n")
+    assert "| M | K |" in default.markdown()
