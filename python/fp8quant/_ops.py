@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Buffer", "Op", "TensorMeta", "is_eager", "tracing"]
+__all__ = ["Buffer", "Op", "TensorMeta", "tracing"]
 
 class TensorMeta(NamedTuple):
     """What an op's geometry may depend on: an input's shape and dtype (hashable when eager)."""
@@ -102,12 +102,6 @@ def tracing() -> bool:
     )
 
 
-def is_eager(tensors: Sequence[object]) -> bool:
-    """Whether a call runs now on real tensors: nothing is tracing, and the tensors are plain
-    (no fake or functional subclass)."""
-    return not tracing() and all(type(t) is torch.Tensor for t in tensors)
-
-
 def _strides_match(t: torch.Tensor, buf: Buffer) -> bool:
     """``t`` has the buffer's strides (those of size-1 dimensions do not matter)."""
     return all(n <= 1 or s == want for n, s, want in zip(buf.shape, t.stride(), buf.stride))
@@ -157,7 +151,6 @@ class Op:
         self._launch = launch
         self._reference = reference
         self._labels = tuple(f"out[{i}] ({o})" for i, o in enumerate(outputs))
-        n_in = len(inputs)
 
         ins = ", ".join(f"Tensor {i}" for i in inputs)
         rets = ", ".join("Tensor" for _ in outputs)
@@ -176,7 +169,6 @@ class Op:
             schema=f"({ins}, {outs}, {params}) -> ()",
         )
         self.out_variant.register_fake(lambda *args: None)
-        self._split_out = lambda args: (args[:n_in], args[n_in : n_in + len(outputs)], args[n_in + len(outputs) :])
 
     # --- the public call ----------------------------------------------------------------------
 
@@ -242,25 +234,25 @@ class Op:
 
     def buffers(self, *args) -> tuple[Buffer, ...]:
         """The geometry of the outputs for ``args`` (inputs, then parameters)."""
-        n_in = len(self.inputs)
-        return self._buffers(args[:n_in], args[n_in:])
+        return self._buffers(args[: self._n_in], args[self._n_in :])
 
     def _buffers(self, inputs, params) -> tuple[Buffer, ...]:
         return self._geometry(*(TensorMeta(t.shape, t.dtype) for t in inputs), *params)
 
     def _functional_impl(self, *args):
-        inputs, params = args[: len(self.inputs)], args[len(self.inputs) :]
+        inputs, params = args[: self._n_in], args[self._n_in :]
         buffers = self._buffers(inputs, params)
         outs = tuple(b.empty(inputs[0].device) for b in buffers)
         self._run(inputs, outs, params, buffers)
         return outs
 
     def _fake_impl(self, *args):
-        inputs, params = args[: len(self.inputs)], args[len(self.inputs) :]
+        inputs, params = args[: self._n_in], args[self._n_in :]
         return tuple(b.empty(inputs[0].device) for b in self._buffers(inputs, params))
 
     def _out_impl(self, *args) -> None:
-        inputs, outs, params = self._split_out(args)
+        n_in, n_out = self._n_in, len(self.outputs)
+        inputs, outs, params = args[:n_in], args[n_in : n_in + n_out], args[n_in + n_out :]
         buffers = self._buffers(inputs, params)
         # torch.compile hands a mutated argument over as a compact clone, without the padding a
         # strided buffer holds: run into a whole buffer and copy the visible part back

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fp8quant._ops import Buffer, Op, TensorMeta, is_eager
+from fp8quant._ops import Buffer, Op, TensorMeta, tracing
 
 POISON = -7.0
 
@@ -89,14 +89,27 @@ def test_eager_call_skips_the_registered_op(monkeypatch):
         TOY(torch.empty(5, 8), 3.0)
 
 
-def test_is_eager():
+def test_tracing():
     x = x_of()
-    assert is_eager([x])
-    with FakeTensorMode() as mode:
-        assert not is_eager([mode.from_tensor(x)])
+    assert not tracing()
+    with FakeTensorMode():
+        assert tracing()
     seen = []
-    torch.compile(lambda t: seen.append(is_eager([t])) or t, backend="eager", fullgraph=False)(x)
-    assert seen == [False]
+    torch.compile(lambda t: seen.append(tracing()) or t, backend="eager", fullgraph=False)(x)
+    assert seen == [True]
+
+
+def test_tensor_subclasses_take_the_registered_op(monkeypatch):
+    """A fake (or other subclass) tensor outside any mode is not run eagerly either."""
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(x_of())
+
+    def registered(*args, **kwargs):
+        raise AssertionError("the registered op")
+
+    monkeypatch.setattr(TOY, "functional", registered)
+    with pytest.raises(AssertionError, match="the registered op"):
+        TOY(fake, 3.0)
 
 
 def test_out_writes_whole_buffers():

@@ -30,12 +30,14 @@ import torch
 import fp8quant
 from fp8quant import SCALE_FORMATS as FORMATS, reference
 from fp8quant.quant import _LAYOUT_CODES, _extension, _quant as QUANT
+from fp8quant._ops import Buffer
 from gpu_harness import (
     FP8,
     WORD_POISON,
     PoisonedOutputs,
     assert_bitwise_equal,
     bits,
+    check_geometry as harness_check_geometry,
     check_graph,
     check_op,
     check_side_stream,
@@ -111,13 +113,10 @@ def compare_outputs(q, scale, ref_q, ref_scale, spec, x, label: str) -> None:
 
 
 def check_geometry(q: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, spec) -> None:
-    """Allocated outputs: q like x, scale with the layout's dtype, shape, strides and buffer."""
-    assert q.dtype == FP8 and q.shape == x.shape and q.device == x.device
-    assert scale.dtype == spec.dtype and scale.device == x.device
-    assert tuple(scale.shape) == spec.shape
-    assert tuple(scale.stride()) == spec.stride, f"scale strides {scale.stride()}, want {spec.stride}"
-    need = (scale.storage_offset() + spec.numel) * scale.element_size()
-    assert scale.untyped_storage().nbytes() >= need, "scale buffer does not hold its padding"
+    """Allocated outputs (the harness's check): q like x, contiguous; scale with the layout's
+    dtype, shape and strides over a storage that holds its padding."""
+    buffers = (Buffer(FP8, tuple(x.shape)), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel))
+    harness_check_geometry((q, scale), buffers, x.device)
 
 
 def poisoned_outputs(x, group_size, layout, **kwargs) -> PoisonedOutputs:
