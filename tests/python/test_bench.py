@@ -71,3 +71,11 @@ def test_report_names_its_op_rows_and_granularity():
     default.results.append(bench.Result(1, 7168, "row", 1.0, 100, 1, 1))
     assert default.markdown().startswith("### per_token_group_quant: GPU, bf16 input, group size 64\n")
     assert "| M | K |" in default.markdown()
+
+
+def test_weights_mode_needs_a_gpu():
+    args = build_parser().parse_args(["bench", "--weights"])
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the weights bench runs there")
+    with pytest.raises(SystemExit, match=r"^--weights times the GPU kernel; no CUDA GPU was found$"):
+        args.run(args)
