@@ -5,7 +5,8 @@
 #      wheel for this interpreter;
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
-#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, 90 quantization kernels each;
+#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 90 quantization, 14 weight and 5
+#      scale-transform kernels each;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
 #   4. tests/consumer (C++) built against the wheel's CMake package and against a plain
@@ -67,10 +68,13 @@ for wheel in "$out"/wheelhouse/*.whl; do
     # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels)
     kernels=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_token_group_quant_kernel.*\.$arch\.")
     [ "$kernels" -eq 90 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 90"; exit 1; }
-    # per_block_quant: 3 dtypes x ue8m0 x aligned = 12
+    # per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned = 14
     blocks=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_block_quant_kernel.*\.$arch\.")
-    [ "$blocks" -eq 12 ] || { echo "FAIL: $blocks per_block_quant kernels for $arch, expected 12"; exit 1; }
-    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels"
+    [ "$blocks" -eq 14 ] || { echo "FAIL: $blocks per_block_quant kernels for $arch, expected 14"; exit 1; }
+    # scale transforms: convert and unpack x (row, MN-major destination), pack (MN-major) = 5
+    transforms=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "scale_transform_kernel.*\.$arch\.")
+    [ "$transforms" -eq 5 ] || { echo "FAIL: $transforms scale_transform kernels for $arch, expected 5"; exit 1; }
+    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels, $transforms scale_transform kernels"
   done
 done
 

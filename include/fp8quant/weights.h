@@ -50,6 +50,27 @@ FP8QUANT_API fp8quant_status_t fp8quant_per_block_quant(
     int64_t w_row_stride, void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
     int64_t block_k, int ue8m0, float eps, cudaStream_t stream);
 
+/**
+ * @brief Requantize an fp8 weight with power-of-two scales: `w [batch, n, k]` float8_e4m3fn with
+ *        fp32 block scales `w_scale` (a DeepSeek-V3 checkpoint's `weight` and
+ *        `weight_scale_inv`), each element dequantized to `bfloat16(w * w_scale)` (the float32
+ *        product rounded to nearest even), then quantized per block as
+ *        fp8quant_per_block_quant() does with `ue8m0` set. This is how engines prepare such
+ *        checkpoints for DeepGEMM on Blackwell; a block whose scale was already a power of two
+ *        keeps its values exactly.
+ *
+ * Arguments, rules and launch as for fp8quant_per_block_quant(), with `w` in bytes (1 per
+ * element) and these additions:
+ *
+ * @param w_scale  Input block scales, contiguous fp32 `[batch, ceil(n / block_n), ceil(k / block_k)]`,
+ *                 4-byte aligned; must not overlap `q` or `scale`.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale, int64_t batch,
+                                                         int64_t n, int64_t k, int64_t w_batch_stride,
+                                                         int64_t w_row_stride, void* q, int64_t q_batch_stride,
+                                                         int64_t q_row_stride, float* scale, int64_t block_n,
+                                                         int64_t block_k, float eps, cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

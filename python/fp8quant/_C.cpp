@@ -82,6 +82,46 @@ void per_block_quant_ptr(uintptr_t w, int w_dtype, int64_t batch, int64_t n, int
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// Requantization of an fp8 weight with power-of-two scales (fp8quant_requantize_ue8m0).
+void requantize_ue8m0_ptr(uintptr_t w, int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride,
+                          int64_t w_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                          uintptr_t w_scale, uintptr_t scale, int64_t block_n, int64_t block_k, float eps,
+                          uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_requantize_ue8m0(
+      reinterpret_cast<const void*>(w), reinterpret_cast<const float*>(w_scale), batch, n, k, w_batch_stride,
+      w_row_stride, reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<float*>(scale),
+      block_n, block_k, eps, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+// Scale transforms (pack.h) on device addresses: one entry, `op` naming the C function. src and
+// dst are whole buffers; the layouts are those of the fp32 side (the packed side's is implied);
+// `block_n` is used by "sm100_weight_scales" only, whose `m` is n and `num_groups` k_blocks.
+void scale_transform_ptr(const std::string& op, uintptr_t src, int src_layout, uintptr_t dst, int dst_layout,
+                         int64_t batch, int64_t m, int64_t num_groups, int64_t block_n, uintptr_t first_invalid,
+                         uintptr_t stream) {
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  auto* invalid = reinterpret_cast<uint64_t*>(first_invalid);
+  fp8quant_status_t status;
+  if (op == "convert") {
+    status = fp8quant_convert_scales(reinterpret_cast<const float*>(src), static_cast<fp8quant_scale_layout_t>(src_layout),
+                                     reinterpret_cast<float*>(dst), static_cast<fp8quant_scale_layout_t>(dst_layout),
+                                     batch, m, num_groups, s);
+  } else if (op == "pack") {
+    status = fp8quant_pack_ue8m0(reinterpret_cast<const float*>(src), static_cast<fp8quant_scale_layout_t>(src_layout),
+                                 reinterpret_cast<int32_t*>(dst), batch, m, num_groups, invalid, s);
+  } else if (op == "unpack") {
+    status = fp8quant_unpack_ue8m0(reinterpret_cast<const int32_t*>(src), reinterpret_cast<float*>(dst),
+                                   static_cast<fp8quant_scale_layout_t>(dst_layout), batch, m, num_groups, invalid, s);
+  } else if (op == "sm100_weight_scales") {
+    status = fp8quant_sm100_weight_scales(reinterpret_cast<const float*>(src), batch, m, num_groups, block_n,
+                                          reinterpret_cast<int32_t*>(dst), invalid, s);
+  } else {
+    bad_arg("op: unknown scale transform '" + op + "'");
+  }
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -174,6 +214,16 @@ NB_MODULE(_C, mod) {
           nb::arg("block_k"), nb::arg("ue8m0"), nb::arg("eps"), nb::arg("stream"),
           "fp8quant_per_block_quant on device addresses (w, q, contiguous fp32 scale), strides in elements "
           "of w and bytes of q, and a CUDA stream address.");
+  mod.def("requantize_ue8m0_ptr", &requantize_ue8m0_ptr, nb::arg("w"), nb::arg("batch"), nb::arg("n"),
+          nb::arg("k"), nb::arg("w_batch_stride"), nb::arg("w_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("w_scale"), nb::arg("scale"), nb::arg("block_n"),
+          nb::arg("block_k"), nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_requantize_ue8m0 on device addresses (fp8 w, its contiguous fp32 block scales, q, scale).");
+  mod.def("scale_transform_ptr", &scale_transform_ptr, nb::arg("op"), nb::arg("src"), nb::arg("src_layout"),
+          nb::arg("dst"), nb::arg("dst_layout"), nb::arg("batch"), nb::arg("m"), nb::arg("num_groups"),
+          nb::arg("block_n"), nb::arg("first_invalid"), nb::arg("stream"),
+          "fp8quant_convert_scales / pack_ue8m0 / unpack_ue8m0 / sm100_weight_scales (op = 'convert', 'pack', "
+          "'unpack', 'sm100_weight_scales') on device addresses of whole buffers; first_invalid may be 0.");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

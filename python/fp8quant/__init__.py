@@ -3,6 +3,7 @@ block-scaled FP8 GEMMs (DeepGEMM, CUTLASS, cuBLASLt via torch._scaled_mm, Triton
 
     q, scale = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")   # activations
     w_q, w_scale = fp8quant.per_block_quant(w)                                 # weights, 128 x 128
+    y = fp8quant.linear(x, fp8quant.prepare_weight(w))                         # FP8 GEMM (fp8quant.gemm)
 
 CUDA tensors run the kernels (compute capability 9.0 or 10.x); CPU tensors run :mod:`fp8quant.reference`.
 C++ programs link the same library: ``cmake_dir()`` (``python -m fp8quant --cmake-dir``) is the
@@ -14,23 +15,51 @@ from ._ext import pdl_enabled, set_pdl
 from ._install import cmake_dir, cuda_version, include_dir, library_path
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
-from .weights import per_block_quant
+from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
+from .weights import per_block_quant, requantize_ue8m0
+from .gemm import (
+    FormatMismatchError,
+    QuantizedActivation,
+    QuantizedWeight,
+    linear,
+    prepare_weight,
+    quantize_activation,
+    select_backend,
+)
+from .recipes import RECIPES, ActivationFormat, Recipe, WeightFormat, recipe
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivationFormat",
+    "FormatMismatchError",
+    "QuantizedActivation",
+    "QuantizedWeight",
+    "RECIPES",
+    "Recipe",
     "SCALE_FORMATS",
     "SCALE_LAYOUTS",
     "ScaleSpec",
+    "WeightFormat",
     "cmake_dir",
+    "convert_scales",
     "cuda_version",
     "empty_scale",
     "include_dir",
     "library_path",
+    "linear",
+    "pack_ue8m0",
     "pdl_enabled",
     "per_block_quant",
     "per_token_group_quant",
+    "prepare_weight",
+    "quantize_activation",
+    "recipe",
     "reference",
+    "requantize_ue8m0",
     "scale_spec",
+    "select_backend",
     "set_pdl",
+    "sm100_weight_scales",
+    "unpack_ue8m0",
 ]

@@ -8,7 +8,7 @@ import importlib
 
 import torch
 
-__all__ = ["DTYPE_CODES", "current_device", "extension", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
+__all__ = ["DTYPE_CODES", "current_device", "extension", "launch", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
 
 #: fp8quant_dtype_t of each input dtype.
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -41,24 +41,42 @@ def extension():
     return _C
 
 
-def launch_rows(entry, x: torch.Tensor, q: torch.Tensor, *rest) -> None:
+def launch(entry, device: int, *args) -> None:
+    """Call the ``_C`` entry ``entry(*args, stream)`` on CUDA device ``device`` (an index) with
+    that device's current stream."""
+    if device != current_device():
+        with torch.cuda.device(device):
+            return launch(entry, device, *args)
+    entry(*args, raw_stream(device))
+    return None
+
+
+def launch_rows(entry, x: torch.Tensor, q: torch.Tensor, *rest, dtype_code: bool = True) -> None:
     """Call a ``_C`` entry that quantizes ``x`` (``[rows, cols]`` or ``[batch, rows, cols]``) into
     the like-shaped ``q``, on x's device and its current stream:
     ``entry(x, x_dtype, batch, rows, cols, x_batch_stride, x_row_stride, q, q_batch_stride,
-    q_row_stride, *rest, stream)``, tensors as addresses, strides in elements (bytes of q)."""
+    q_row_stride, *rest, stream)``, tensors as addresses, strides in elements (bytes of q);
+    without ``x_dtype`` when ``dtype_code`` is False (an entry that takes one input dtype).
+    Written out rather than through :func:`launch`: it is every quantizer call's host path."""
     device = x.get_device()
     if device != current_device():
         with torch.cuda.device(device):
-            return launch_rows(entry, x, q, *rest)
+            return launch_rows(entry, x, q, *rest, dtype_code=dtype_code)
     shape, xs, qs = x.shape, x.stride(), q.stride()
     if len(shape) == 2:
         batch, x_batch, q_batch = 1, 0, 0
     else:
         batch, x_batch, q_batch = shape[0], xs[0], qs[0]
-    entry(
-        x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2], shape[-1], x_batch, xs[-2],
-        q.data_ptr(), q_batch, qs[-2], *rest, raw_stream(device),
-    )  # fmt: skip
+    if dtype_code:
+        entry(
+            x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2], shape[-1], x_batch, xs[-2],
+            q.data_ptr(), q_batch, qs[-2], *rest, raw_stream(device),
+        )  # fmt: skip
+    else:
+        entry(
+            x.data_ptr(), batch, shape[-2], shape[-1], x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2], *rest,
+            raw_stream(device),
+        )  # fmt: skip
     return None
 
 

@@ -148,12 +148,13 @@ class Op:
         self._geometry = geometry
         self._geometry_cache: dict[tuple, tuple[Buffer, ...]] = {}  # by input shapes, dtypes and params
         self._n_in = len(inputs)
+        self._n_out = len(outputs)
         self._launch = launch
         self._reference = reference
         self._labels = tuple(f"out[{i}] ({o})" for i, o in enumerate(outputs))
 
         ins = ", ".join(f"Tensor {i}" for i in inputs)
-        rets = ", ".join("Tensor" for _ in outputs)
+        rets = ", ".join("Tensor" for _ in outputs)  # one output: "(Tensor)" is a lone Tensor
         self.functional = torch.library.custom_op(
             f"{namespace}::{name}",
             self._functional_impl,
@@ -196,7 +197,8 @@ class Op:
                 self._run(inputs, outs, args[n_in:], buffers)
             return outs
         if out is None:
-            return self.functional(*args)
+            result = self.functional(*args)
+            return result if self._n_out > 1 else (result,)
         outs = self._check_out(out, self._buffers(inputs, args[n_in:]), inputs, traced=True)
         self.out_variant(*inputs, *outs, *args[n_in:])
         return outs
@@ -244,11 +246,12 @@ class Op:
         buffers = self._buffers(inputs, params)
         outs = tuple(b.empty(inputs[0].device) for b in buffers)
         self._run(inputs, outs, params, buffers)
-        return outs
+        return outs if self._n_out > 1 else outs[0]
 
     def _fake_impl(self, *args):
         inputs, params = args[: self._n_in], args[self._n_in :]
-        return tuple(b.empty(inputs[0].device) for b in self._buffers(inputs, params))
+        outs = tuple(b.empty(inputs[0].device) for b in self._buffers(inputs, params))
+        return outs if self._n_out > 1 else outs[0]
 
     def _out_impl(self, *args) -> None:
         n_in, n_out = self._n_in, len(self.outputs)

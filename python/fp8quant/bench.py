@@ -488,6 +488,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: per_block_quant on DeepSeek-V3's weight shapes (or --m as N at --k) against the "
         "copy bandwidth (GPU only)",
     )
+    parser.add_argument(
+        "--gemm",
+        action="store_true",
+        help="instead: block-scaled FP8 GEMMs (torch._scaled_mm, DeepGEMM if installed) against a bf16 matmul on "
+        "DeepSeek-V3's weight shapes, with the activation quantization's share (--m picks M; GPU only)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
@@ -507,6 +513,10 @@ def main(args: argparse.Namespace) -> int:
         from .bench_weights import run_weights  # noqa: PLC0415 - it imports this module
 
         return run_weights(args)
+    if args.gemm:
+        from .bench_gemm import run_gemm  # noqa: PLC0415 - it imports this module
+
+        return run_gemm(args)
     if args.host_overhead:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 

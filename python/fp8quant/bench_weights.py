@@ -1,5 +1,6 @@
 """``python -m fp8quant bench --weights``: per_block_quant (128 x 128 blocks) on DeepSeek-V3's
-weight shapes, device time against the copy bandwidth, beside PyTorch's cast of w to float8.
+weight shapes, device time against the copy bandwidth, beside PyTorch's cast of w to float8; and
+requantize_ue8m0 of the resulting fp8 weight (a checkpoint made ready for DeepGEMM on Blackwell).
 
 Same method as the activation bench: CUDA graphs of N calls over rotated buffers (at least
 --rotation-mib in all), median of the replays; bytes are w read, q written and the scales.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import bench
-from .weights import per_block_quant
+from .weights import per_block_quant, requantize_ue8m0
 
 __all__ = ["SHAPES", "run_weights"]
 
@@ -29,9 +30,13 @@ def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     qs = [torch.empty((n, k), dtype=torch.float8_e4m3fn, device=device) for _ in range(sets)]
     ss = [torch.empty(scale_shape, device=device) for _ in range(sets)]
     calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
+    # requantize_ue8m0 reads an fp8 checkpoint weight and its scales, writes both again
+    ckpt = [per_block_quant(w) for w in ws]
+    requant_bytes = 2 * (n * k + 4 * scale_shape[0] * scale_shape[1])
     entries = (
         ("per_block_quant", nbytes, lambda i: per_block_quant(ws[i], out=(qs[i], ss[i]))),
         ("per_block_quant+ue8m0", nbytes, lambda i: per_block_quant(ws[i], ue8m0=True, out=(qs[i], ss[i]))),
+        ("requantize_ue8m0", requant_bytes, lambda i: requantize_ue8m0(*ckpt[i], out=(qs[i], ss[i]))),
         ("torch cast", cast_bytes, lambda i: qs[i].copy_(ws[i])),
     )
     return [bench.Result(n, k, name, bench.time_graph(call, sets, calls), moved, sets, calls)

@@ -152,7 +152,7 @@ _FP32_LAYOUTS = ("row", "mn", "mn_tma")
 _UE8M0_SUBNORMAL = 0x00400000  # 2^-127, UE8M0 byte 0, a float32 subnormal
 
 
-def _check_scale_tensor(scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None) -> ScaleSpec:
+def check_scale_tensor(scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None) -> ScaleSpec:
     """``scale`` has ``dtype`` and the shape and strides of ``layout`` (its own column count, or
     ``cols`` groups for a packed tensor); returns its geometry."""
     if not isinstance(scale, torch.Tensor):
@@ -179,7 +179,7 @@ def convert_scales(scale: torch.Tensor, from_layout: str, to_layout: str) -> tor
     for name, layout in (("from_layout", from_layout), ("to_layout", to_layout)):
         if layout not in _FP32_LAYOUTS:
             raise ValueError(f"{name} must be one of {_FP32_LAYOUTS}, got {layout!r}")
-    _check_scale_tensor(scale, from_layout, torch.float32)
+    check_scale_tensor(scale, from_layout, torch.float32)
     spec = scale_spec(to_layout, scale.shape[-2], scale.shape[-1], tuple(scale.shape[:-2]))
     return _place_scales(scale, spec)
 
@@ -205,30 +205,49 @@ def pack_ue8m0(scale: torch.Tensor, from_layout: str = "mn_tma") -> torch.Tensor
     padding bytes and rows 0 (SPEC 2). Any other value raises ValueError naming it."""
     if from_layout not in _FP32_LAYOUTS:
         raise ValueError(f"from_layout must be one of {_FP32_LAYOUTS}, got {from_layout!r}")
-    _check_scale_tensor(scale, from_layout, torch.float32)
+    check_scale_tensor(scale, from_layout, torch.float32)
     spec = scale_spec("packed_ue8m0", scale.shape[-2], scale.shape[-1], tuple(scale.shape[:-2]))
     return _place_scales(_pack_bytes(_ue8m0_bytes(scale), spec.cols), spec)
+
+
+def check_packed_tensor(packed: torch.Tensor, num_groups: int) -> None:
+    """``packed`` is packed_ue8m0 words ``[*, M, ceil(num_groups / 4)]`` with that layout's strides."""
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+        raise ValueError(f"num_groups must be an int >= 1, got {num_groups!r}")
+    if isinstance(packed, torch.Tensor) and packed.dim() >= 2 and packed.shape[-1] != -(-num_groups // 4):
+        raise ValueError(f"packed has {packed.shape[-1]} words a row; {num_groups} groups need {-(-num_groups // 4)}")
+    check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups)
 
 
 def unpack_ue8m0(packed: torch.Tensor, num_groups: int, to_layout: str = "mn_tma") -> torch.Tensor:
     """The fp32 scales ``2^(e - 127)`` of packed_ue8m0 words ``[*, M, ceil(G/4)]`` for
     ``G = num_groups``, in ``to_layout`` (byte 0 is 2^-127, a float32 subnormal; byte 255, UE8M0's
-    NaN, raises ValueError)."""
+    NaN, raises ValueError naming its group)."""
     if to_layout not in _FP32_LAYOUTS:
         raise ValueError(f"to_layout must be one of {_FP32_LAYOUTS}, got {to_layout!r}")
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 0:
-        raise ValueError(f"num_groups must be an int >= 0, got {num_groups!r}")
-    if isinstance(packed, torch.Tensor) and packed.dim() >= 2 and packed.shape[-1] != -(-num_groups // 4):
-        raise ValueError(f"packed has {packed.shape[-1]} words a row; {num_groups} groups need {-(-num_groups // 4)}")
-    _check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups)
+    check_packed_tensor(packed, num_groups)
     shifts = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=packed.device)
     words = packed.to(torch.int64) & 0xFFFFFFFF
     e = ((words.unsqueeze(-1) >> shifts) & 0xFF).flatten(-2)[..., :num_groups].to(torch.int32)
     if bool((e == 255).any()):
-        raise ValueError("packed holds the UE8M0 NaN byte 0xFF")
+        first = [int(i) for i in (e == 255).nonzero()[0]]
+        raise ValueError(f"packed holds the UE8M0 NaN byte 0xFF for group {first}")
     bits = torch.where(e == 0, torch.full_like(e, _UE8M0_SUBNORMAL), e << 23)
     spec = scale_spec(to_layout, packed.shape[-2], num_groups, tuple(packed.shape[:-2]))
     return _place_scales(bits.view(torch.float32), spec)
+
+
+def check_weight_scale_args(w_scale: torch.Tensor, n: int, block_n: int) -> None:
+    """``w_scale`` is contiguous float32 ``[*, ceil(n / block_n), kb]`` with kb >= 1."""
+    if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or w_scale.dim() < 2:
+        raise TypeError("w_scale must be a float32 tensor [*, ceil(N / block_n), ceil(K / block_k)]")
+    if w_scale.shape[-1] < 1 or not w_scale.is_contiguous():
+        raise ValueError(f"w_scale must be contiguous with at least one column, got shape {tuple(w_scale.shape)} "
+                         f"and strides {tuple(w_scale.stride())}")  # fmt: skip
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n must be a positive int, got {block_n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or -(-n // block_n) != w_scale.shape[-2]:
+        raise ValueError(f"n must be an int with ceil(n / block_n) == {w_scale.shape[-2]}, got {n!r}")
 
 
 def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128) -> torch.Tensor:
@@ -236,12 +255,8 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128) -> to
     (contiguous fp32, as per_block_quant writes them): row n takes the scales of block
     ``n // block_n``, packed like activation scales: int32 ``[*, N, ceil(kb/4)]``, strides
     ``(1, align(N, 4))`` (SPEC 3)."""
-    if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or w_scale.dim() < 2:
-        raise TypeError("w_scale must be a float32 tensor [*, ceil(N / block_n), ceil(K / block_k)]")
-    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
-        raise ValueError(f"block_n must be a positive int, got {block_n!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or -(-n // block_n) != w_scale.shape[-2]:
-        raise ValueError(f"n must be an int with ceil(n / block_n) == {w_scale.shape[-2]}, got {n!r}")
+    check_weight_scale_args(w_scale, n, block_n)
+    _ue8m0_bytes(w_scale)  # a bad scale is named by its place in w_scale, not in the broadcast rows
     rows = w_scale.repeat_interleave(block_n, dim=-2)[..., :n, :].contiguous()  # [*, N, kb], row layout
     return pack_ue8m0(rows, "row")
 

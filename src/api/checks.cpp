@@ -85,6 +85,8 @@ fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t 
   return span_batches(t, batch, &span);
 }
 
+}  // namespace
+
 // `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
 fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
                               const void* b, int64_t b_bytes) {
@@ -94,8 +96,6 @@ fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes
   FP8QUANT_CHECK_ARG(!shared, a_name, std::string("overlaps ") + b_name);
   return FP8QUANT_SUCCESS;
 }
-
-}  // namespace
 
 int64_t dtype_size(fp8quant_dtype_t dtype) {
   switch (dtype) {

@@ -18,6 +18,10 @@ bool aligned16(const void* ptr);
 // A float as the shortest text that reads back as the same value ("1e-45", "1.1754944e-38").
 std::string float_text(float v);
 
+// `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
+fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
+                              const void* b, int64_t b_bytes);
+
 // eps is finite and at least FLT_MIN: below it eps / 448 rounds to 0 and an all-zero group or
 // block divides 0 by 0.
 fp8quant_status_t check_eps(float eps);

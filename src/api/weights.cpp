@@ -18,22 +18,16 @@ constexpr int64_t kMaxCols = (int64_t{1} << 31) - 1 - fp8quant::kWeightBlock;  /
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
-
-extern "C" {
-
-fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n,
-                                           int64_t k, int64_t w_batch_stride, int64_t w_row_stride, void* q,
-                                           int64_t q_batch_stride, int64_t q_row_stride, float* scale,
-                                           int64_t block_n, int64_t block_k, int ue8m0, float eps,
-                                           cudaStream_t stream) {
+// Validate and launch a per-block quantization of `w` (elements of `elem` bytes, `dtype`), or,
+// with `w_scale`, a requantization of the float8_e4m3fn `w` with those block scales.
+fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t dtype, const float* w_scale,
+                                  int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride, int64_t w_row_stride,
+                                  void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale,
+                                  int64_t block_n, int64_t block_k, bool ue8m0, float eps, cudaStream_t stream) {
   using std::to_string;
   constexpr int64_t kBlock = fp8quant::kWeightBlock;
-  const int64_t elem = dtype_size(w_dtype);
 
   // Values
-  FP8QUANT_CHECK_ARG(elem != 0, "w_dtype", "unsupported input dtype " + to_string(w_dtype) +
-                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
   FP8QUANT_CHECK_ARG(block_n == kBlock, "block_n", "must be " + to_string(kBlock) + ", got " + to_string(block_n));
   FP8QUANT_CHECK_ARG(block_k == kBlock, "block_k", "must be " + to_string(kBlock) + ", got " + to_string(block_k));
   FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxGrid, "batch",
@@ -44,12 +38,17 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
   if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Buffers, strides and spans; outputs share no byte with the input or with each other
+  // Buffers, strides and spans; outputs share no byte with the inputs or with each other
   Operand ws{"w", "w_row_stride", "w_batch_stride", w, elem, w_batch_stride, w_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
   const int64_t row_blocks = ceil_div(n, kBlock), col_blocks = ceil_div(k, kBlock);
   const int64_t scale_bytes = batch * row_blocks * col_blocks * 4;
   FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(ws, qs, scale, scale_bytes, batch, n, k));
+  if (w_scale != nullptr) {
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(w_scale) % 4 == 0, "w_scale", "must be 4-byte aligned");
+    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "w_scale", w_scale, scale_bytes));
+    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "w_scale", w_scale, scale_bytes));
+  }
 
   // 16-byte accesses need every row (pointer, strides and k) on 16-byte boundaries of both
   const int64_t vec = 16 / elem;
@@ -57,6 +56,7 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   const bool q16 = reinterpret_cast<uintptr_t>(q) % vec == 0 && qs.row_stride % vec == 0 && qs.batch_stride % vec == 0;
   fp8quant::BlockQuantProblem problem{};
   problem.w = w;
+  problem.w_scale = w_scale;
   problem.q = q;
   problem.scale = scale;
   problem.w_batch_stride = ws.batch_stride;
@@ -70,8 +70,8 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   problem.row_blocks = static_cast<int32_t>(row_blocks);
   problem.col_blocks = static_cast<int32_t>(col_blocks);
   problem.eps = eps;
-  problem.dtype = w_dtype;
-  problem.ue8m0 = ue8m0 != 0;
+  problem.dtype = dtype;
+  problem.ue8m0 = ue8m0;
   problem.aligned = w16 && q16;
   problem.pdl = fp8quant::pdl_enabled();
 
@@ -85,6 +85,31 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   } else {  // 10: kernel_arch returns no other
     return fp8quant::sm100::per_block_quant(problem, stream);
   }
+}
+
+}  // namespace
+
+extern "C" {
+
+fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n,
+                                           int64_t k, int64_t w_batch_stride, int64_t w_row_stride, void* q,
+                                           int64_t q_batch_stride, int64_t q_row_stride, float* scale,
+                                           int64_t block_n, int64_t block_k, int ue8m0, float eps,
+                                           cudaStream_t stream) {
+  const int64_t elem = dtype_size(w_dtype);
+  FP8QUANT_CHECK_ARG(elem != 0, "w_dtype", "unsupported input dtype " + std::to_string(w_dtype) +
+                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
+  return quantize_blocks(w, elem, w_dtype, nullptr, batch, n, k, w_batch_stride, w_row_stride, q, q_batch_stride,
+                         q_row_stride, scale, block_n, block_k, ue8m0 != 0, eps, stream);
+}
+
+fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale, int64_t batch, int64_t n, int64_t k,
+                                            int64_t w_batch_stride, int64_t w_row_stride, void* q,
+                                            int64_t q_batch_stride, int64_t q_row_stride, float* scale,
+                                            int64_t block_n, int64_t block_k, float eps, cudaStream_t stream) {
+  FP8QUANT_CHECK_ARG(w_scale != nullptr, "w_scale", "must not be null");
+  return quantize_blocks(w, 1, FP8QUANT_DTYPE_BFLOAT16, w_scale, batch, n, k, w_batch_stride, w_row_stride, q,
+                         q_batch_stride, q_row_stride, scale, block_n, block_k, true, eps, stream);
 }
 
 }  // extern "C"

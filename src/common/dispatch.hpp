@@ -85,3 +85,20 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
     constexpr bool kValue = false;                 \
     return __VA_ARGS__();                          \
   }()
+
+// ScaleTransformProblem::op -> kOp
+#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                       \
+  [&]() -> fp8quant_status_t {                                                                \
+    switch (op) {                                                                             \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert,                           \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kConvert;      \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack,                              \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kPack;         \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack,                            \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kUnpack;       \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                                    \
+    }                                                                                         \
+  }()

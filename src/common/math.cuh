@@ -58,6 +58,23 @@ __device__ __forceinline__ uint32_t ue8m0_exponent(float s) {
 // 2^(e - 127) as float.
 __device__ __forceinline__ float ue8m0_to_float(uint32_t e) { return __uint_as_float(e << 23); }
 
+// UE8M0 byte e of an exact power of two s = 2^(e - 127), e in [0, 254] (2^-127 is a float32
+// subnormal: byte 0); 0xFF, UE8M0's NaN, for any other value (not a power of two, out of range,
+// zero, negative, inf, NaN).
+constexpr uint32_t kUE8M0NaN = 0xFFu;
+constexpr uint32_t kUE8M0SubnormalBits = 0x00400000u;  // 2^-127
+__device__ __forceinline__ uint32_t ue8m0_byte(float s) {
+  const uint32_t bits = __float_as_uint(s);
+  if (bits == kUE8M0SubnormalBits) return 0u;
+  const bool pow2 = (bits & 0x7FFFFFu) == 0u && bits >= (1u << 23) && bits < (255u << 23);
+  return pow2 ? bits >> 23 : kUE8M0NaN;
+}
+
+// The float32 bits of UE8M0 byte e: 2^(e - 127), a float32 NaN for 0xFF.
+__device__ __forceinline__ uint32_t ue8m0_byte_bits(uint32_t e) {
+  return e == 0u ? kUE8M0SubnormalBits : e == kUE8M0NaN ? 0x7FC00000u : e << 23;
+}
+
 // 2^(127 - e), exactly; 2^-127 (e = 254) is a float32 subnormal.
 __device__ __forceinline__ float ue8m0_reciprocal(uint32_t e) {
   return __uint_as_float(e < 254u ? (254u - e) << 23 : 0x00400000u);
@@ -90,6 +107,23 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Four e4m3 bytes (low byte first) to floats, exactly.
+__device__ __forceinline__ void unpack_e4m3x4(uint32_t w, float* v) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * i)), __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// An fp8 value q of a block with scale s, dequantized as checkpoints are read for requantization
+// (SPEC 3): the float32 product, rounded to bfloat16.
+__device__ __forceinline__ float dequantize_bf16(float q, float s) {
+  return __bfloat162float(__float2bfloat16_rn(__fmul_rn(q, s)));
+}
 
 // Two packed 16-bit elements (low element first) to floats.
 __device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16) {

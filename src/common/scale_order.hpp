@@ -1,6 +1,6 @@
-// How each scale layout orders its scales in memory: what a kernel needs at compile time. The
-// layouts with the same order (mn and mn_tma) differ only in run-time sizes, so they share one
-// kernel instantiation.
+// How each scale layout orders its scales in memory, and the transforms between layouts: what a
+// kernel needs at compile time. The layouts with the same order (mn and mn_tma) differ only in
+// run-time sizes, so they share one kernel instantiation.
 #pragma once
 
 #include "fp8quant/quant.h"
@@ -18,5 +18,12 @@ constexpr ScaleOrder scale_order(fp8quant_scale_layout_t layout) {
          : layout == FP8QUANT_SCALE_PACKED_UE8M0 ? ScaleOrder::kPacked
                                                  : ScaleOrder::kColumn;
 }
+
+// What a scale transform kernel does to each element (src/kernels/scale_transform.cuh).
+enum class ScaleTransform {
+  kConvert,  // fp32 -> fp32
+  kPack,     // power-of-two fp32 -> four UE8M0 bytes per int32 word
+  kUnpack,   // int32 words -> fp32
+};
 
 }  // namespace fp8quant

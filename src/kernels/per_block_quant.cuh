@@ -7,6 +7,9 @@
 // phases. Elements past n or k (partial edge blocks) load as 0, which never raises an amax, and
 // are not stored.
 //
+// Requantization (w_scale set) reads float8_e4m3fn blocks and dequantizes each element as it is
+// unpacked (math::dequantize_bf16 with the block's scale); the rest is the same, with UE8M0 scales.
+//
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
 // (docs/kernels.md); the next kernel may launch once every CTA has passed it.
 #pragma once
@@ -35,12 +38,17 @@ struct BlockTile {
   static_assert(kBlockQuantThreads % kRowThreads == 0 && kWeightBlock % kRowsPerPass == 0, "tile");
 };
 
-// The elements of one 16-byte vector (4 words, low element first) as floats.
+// The elements of one 16-byte vector (4 words, low element first) as floats; fp8 elements are
+// dequantized with their block's scale `in_scale` (unused otherwise).
 template <typename T>
-__device__ __forceinline__ void unpack_vector(const uint32_t* words, float (&v)[16 / sizeof(T)]) {
+__device__ __forceinline__ void unpack_vector(const uint32_t* words, float (&v)[16 / sizeof(T)], float in_scale) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if constexpr (sizeof(T) == 4) {
+    if constexpr (sizeof(T) == 1) {
+      math::unpack_e4m3x4(words[i], &v[4 * i]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[4 * i + j] = math::dequantize_bf16(v[4 * i + j], in_scale);
+    } else if constexpr (sizeof(T) == 4) {
       v[i] = __uint_as_float(words[i]);
     } else {
       const float2 f = math::unpack2(words[i], T{});
@@ -79,6 +87,10 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
+  constexpr bool kDequantize = sizeof(T) == 1;
+  const int64_t scale_index = b * p.scale_batch_stride + int64_t{blockIdx.y} * p.col_blocks + blockIdx.x;
+  float in_scale = 1.0f;
+  if constexpr (kDequantize) in_scale = p.w_scale[scale_index];
 
   // Load
   uint32_t w[Tile::kWords];
@@ -90,6 +102,14 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (row_ok && cols_here > 0) v = __ldg(reinterpret_cast<const uint4*>(s));
       w[4 * pass] = v.x, w[4 * pass + 1] = v.y, w[4 * pass + 2] = v.z, w[4 * pass + 3] = v.w;
+    } else if constexpr (kDequantize) {
+      uint32_t bytes[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int e = 0; e < Tile::kVec; ++e) {
+        if (row_ok && e < cols_here) bytes[e / 4] |= uint32_t{reinterpret_cast<const uint8_t*>(s)[e]} << (8 * (e % 4));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[4 * pass + i] = bytes[i];
     } else {
       uint16_t h[Tile::kVec * sizeof(T) / 2];  // the vector's bytes as 16-bit halves
 #pragma unroll
@@ -107,14 +127,30 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
   }
 
   // Reduce amax: NaN is dropped; a block holding ±inf (rare) is reduced again without them
-  float amax = math::abs_max<T>(w);
+  float amax = 0.0f;
+  if constexpr (kDequantize) {
+    // |bfloat16(q * s)| grows with |q| (both roundings are monotonic): reduce the magnitude
+    // bytes, NaN (0x7F) dropped, and dequantize only the largest
+    uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < Tile::kWords; ++i) {
+      const uint32_t magnitude = w[i] & 0x7F7F7F7Fu;
+      m = __vmaxu4(m, magnitude & ~__vcmpeq4(magnitude, 0x7F7F7F7Fu));
+    }
+    m = max(max(m & 0xFFu, (m >> 8) & 0xFFu), max((m >> 16) & 0xFFu, m >> 24));
+    float largest[4];
+    math::unpack_e4m3x4(m, largest);
+    amax = fabsf(math::dequantize_bf16(largest[0], in_scale));
+  } else {
+    amax = math::abs_max<T>(w);
+  }
   const bool has_inf = __syncthreads_or(amax == INFINITY);
   if (has_inf) {
     float finite_amax = 0.0f;
 #pragma unroll
     for (int pass = 0; pass < Tile::kPasses; ++pass) {
       float v[Tile::kVec];
-      unpack_vector<T>(&w[4 * pass], v);
+      unpack_vector<T>(&w[4 * pass], v, in_scale);
 #pragma unroll
       for (int i = 0; i < Tile::kVec; ++i) {
         const float a = fabsf(v[i]);
@@ -138,7 +174,7 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
 #pragma unroll
     for (int pass = 0; pass < Tile::kPasses; ++pass) {
       float v[Tile::kVec];
-      unpack_vector<T>(&w[4 * pass], v);
+      unpack_vector<T>(&w[4 * pass], v, in_scale);
       uint32_t out[Tile::kVec / 4];
 #pragma unroll
       for (int i = 0; i < Tile::kVec / 4; ++i) {
@@ -149,7 +185,9 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
       uint8_t* d = dst + static_cast<int64_t>(pass) * Tile::kRowsPerPass * p.q_row_stride;
       if constexpr (kAligned) {
         if (row_ok && cols_here > 0) {
-          if constexpr (Tile::kVec == 8) {
+          if constexpr (Tile::kVec == 16) {
+            *reinterpret_cast<uint4*>(d) = make_uint4(out[0], out[1], out[2], out[3]);
+          } else if constexpr (Tile::kVec == 8) {
             *reinterpret_cast<uint2*>(d) = make_uint2(out[0], out[1]);
           } else {
             *reinterpret_cast<uint32_t*>(d) = out[0];
@@ -166,19 +204,29 @@ __global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(con
   math::with_divide<kUE8M0>(s, e, has_inf, quantize);
 
   // Store the scale
-  if (threadIdx.x == 0) p.scale[b * p.scale_batch_stride + int64_t{blockIdx.y} * p.col_blocks + blockIdx.x] = s;
+  if (threadIdx.x == 0) p.scale[scale_index] = s;
+}
+
+template <class Arch, typename T, bool kUE8M0, bool kAligned>
+fp8quant_status_t launch_per_block_quant_as(const BlockQuantProblem& problem, cudaStream_t stream) {
+  const dim3 grid(problem.col_blocks, problem.row_blocks, problem.batch);
+  const auto kernel = per_block_quant_kernel<Arch, T, kUE8M0, kAligned>;
+  return cuda_error(launch_with_pdl(kernel, grid, dim3(kBlockQuantThreads), stream, problem, problem.pdl),
+                    "kernel launch");
 }
 
 // Launch the kernel instantiated for `problem` on `stream`.
 template <class Arch>
 fp8quant_status_t launch_per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream) {
+  if (problem.w_scale != nullptr) {  // requantization of an fp8 weight, always to UE8M0 scales
+    return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+      return launch_per_block_quant_as<Arch, __nv_fp8_e4m3, true, kAligned>(problem, stream);
+    });
+  }
   return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
     return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
       return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
-        const dim3 grid(problem.col_blocks, problem.row_blocks, problem.batch);
-        const auto kernel = per_block_quant_kernel<Arch, T, kUE8M0, kAligned>;
-        return cuda_error(launch_with_pdl(kernel, grid, dim3(kBlockQuantThreads), stream, problem, problem.pdl),
-                          "kernel launch");
+        return launch_per_block_quant_as<Arch, T, kUE8M0, kAligned>(problem, stream);
       });
     });
   });

@@ -13,6 +13,7 @@ constexpr int32_t kWeightBlock = 128;
 
 struct BlockQuantProblem {
   const void* w;
+  const float* w_scale;  // requantization: w is float8_e4m3fn with these block scales; else null
   void* q;
   float* scale;
   int64_t w_batch_stride;  // elements
@@ -26,7 +27,7 @@ struct BlockQuantProblem {
   int32_t row_blocks;  // ceil(n / kWeightBlock): grid.y
   int32_t col_blocks;  // ceil(k / kWeightBlock): grid.x
   float eps;
-  fp8quant_dtype_t dtype;
+  fp8quant_dtype_t dtype;  // of w, unless w_scale is set
   bool ue8m0;
   bool aligned;  // w and q pointers, strides and k allow 16-byte accesses
   bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)

@@ -82,6 +82,22 @@ void test_dispatch() {
              order == ScaleOrder::kRow,
          "an unlisted layout runs nothing");
   expect(message_starts_with("scale_layout: no kernel is compiled for value 4"), "the message names scale_layout");
+
+  using fp8quant::ScaleTransform;
+  const auto op_of = [&](ScaleTransform op, ScaleTransform* got) {
+    return FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, [&] {
+      *got = kOp;
+      return FP8QUANT_SUCCESS;
+    });
+  };
+  ScaleTransform got{};
+  for (const ScaleTransform op : {ScaleTransform::kConvert, ScaleTransform::kPack, ScaleTransform::kUnpack}) {
+    expect(op_of(op, &got) == FP8QUANT_SUCCESS && got == op, "each scale transform reaches its constant");
+  }
+  got = ScaleTransform::kConvert;
+  expect(op_of(static_cast<ScaleTransform>(7), &got) == FP8QUANT_ERROR_INVALID_ARGUMENT && got == ScaleTransform::kConvert,
+         "an unlisted transform runs nothing");
+  expect(message_starts_with("op: no kernel is compiled for value 7"), "the message names op");
 }
 
 void test_kernel_arch() {

@@ -38,6 +38,7 @@ _BITS_DTYPE = {
     torch.bfloat16: torch.int16,
     torch.float16: torch.int16,
     torch.int16: torch.int16,
+    torch.int64: torch.int64,
 }
 
 
@@ -48,7 +49,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 def poison_of(dtype: torch.dtype) -> int:
     """The bit pattern an out= buffer of ``dtype`` starts with."""
-    return {1: BYTE_POISON, 2: 0x7FAD, 4: WORD_POISON}[dtype.itemsize]
+    return {1: BYTE_POISON, 2: 0x7FAD, 4: WORD_POISON, 8: 0x5A5A5A5A5A5A5A5A}[dtype.itemsize]
 
 
 def describe(value: torch.Tensor, dtype: torch.dtype) -> str:

@@ -6,7 +6,8 @@ access lands outside it:
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tests/tools/sanitize_cases.py
 
 Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
-and the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, with programmatic
+the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, requantization, and
+every scale transform (layouts, pack, unpack, SM100 weight scales, batched), with programmatic
 dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
@@ -67,6 +68,12 @@ def run_cases() -> tuple[int, int]:
     strided = torch.randn(3, 200, 1 + 256, device="cuda", generator=gen).to(torch.bfloat16)[:, :, 1:]
     failures += not check_weights(strided, False)
     cases += 1
+    for n, k in ((1, 1), (130, 200), (129, 389), (300, 7168)):
+        failures += not check_requantize(torch.randn(n, k, device="cuda", generator=gen))
+        cases += 1
+    for shape in ((1, 1), (5, 3), (129, 7), (2, 130, 56)):
+        failures += not check_transforms(shape, gen)
+        cases += 1
     torch.cuda.synchronize()
     return cases, failures
 
@@ -75,6 +82,32 @@ def check_weights(w: torch.Tensor, ue8m0: bool) -> bool:
     q, s = fp8quant.per_block_quant(w, ue8m0=ue8m0)
     rq, rs = fp8quant.reference.per_block_quant(w, ue8m0=ue8m0)
     return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s.view(torch.int32), rs.view(torch.int32))
+
+
+def check_requantize(w: torch.Tensor) -> bool:
+    q, s = fp8quant.per_block_quant(w)
+    q2, s2 = fp8quant.requantize_ue8m0(q, s)
+    rq, rs = fp8quant.reference.requantize_ue8m0(q, s)
+    return torch.equal(q2.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s2, rs)
+
+
+def check_transforms(shape, gen) -> bool:
+    """Every scale transform between layouts, packing and unpacking, and the SM100 weight form."""
+    ok = True
+    e = torch.randint(-127, 128, shape, device="cuda", generator=gen, dtype=torch.int32)
+    values = torch.where(e == -127, 0x00400000, (e + 127) << 23).view(torch.float32)  # exact powers of two
+    for src in ("row", "mn", "mn_tma"):
+        spec = fp8quant.scale_spec(src, shape[-2], shape[-1], tuple(shape[:-2]))
+        scale = torch.zeros(spec.numel, device="cuda").as_strided(spec.shape, spec.stride).copy_(values)
+        for dst in ("row", "mn", "mn_tma"):
+            ok &= torch.equal(fp8quant.convert_scales(scale, src, dst), values)
+        packed = fp8quant.pack_ue8m0(scale, src)
+        ok &= torch.equal(packed, fp8quant.reference.pack_ue8m0(scale, src))
+        ok &= torch.equal(fp8quant.unpack_ue8m0(packed, shape[-1], src), values)
+    n = shape[-2] * 100
+    ok &= torch.equal(fp8quant.sm100_weight_scales(values.contiguous(), n, 100),
+                      fp8quant.reference.sm100_weight_scales(values.contiguous(), n, 100))  # fmt: skip
+    return bool(ok)
 
 
 if __name__ == "__main__":
