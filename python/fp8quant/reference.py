@@ -8,6 +8,8 @@ quotient of two float32 numbers is never a double-rounding hazard: 53 >= 2*24 + 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ._checks import FP8_DTYPE, check_block_quant_args, check_quant_args, resolve_ue8m0
@@ -15,12 +17,18 @@ from .layouts import ScaleSpec, scale_spec
 
 __all__ = [
     "FP8_MAX",
+    "MoeRouting",
     "convert_scales",
+    "moe_combine",
+    "moe_dispatch_quant",
+    "moe_routing",
     "pack_ue8m0",
     "per_block_quant",
     "per_token_group_quant",
     "quantize_groups",
     "requantize_ue8m0",
+    "silu_and_mul",
+    "silu_mul_quant",
     "sm100_weight_scales",
     "ue8m0_round_up",
     "unpack_ue8m0",
@@ -279,3 +287,215 @@ def requantize_ue8m0(
     per_elem = scale.repeat_interleave(bn, dim=-2).repeat_interleave(bk, dim=-1)[..., :n, :k]
     dequantized = (q.float() * per_elem).to(torch.bfloat16)
     return per_block_quant(dequantized, block_size, ue8m0=True, eps=eps)
+
+
+# --------------------------------------------------------------------------------------------
+# MoE: routing metadata, dispatch + quantize, SiLU-and-mul + quantize, combine
+# (docs/contract.md, "MoE"). References only; the kernels are issue 14's next step.
+# --------------------------------------------------------------------------------------------
+
+
+class MoeRouting(NamedTuple):
+    """Where each routed slot of ``topk_ids [T, k]`` goes, for the ``E`` local experts.
+
+    Slots are taken in flat order ``s = t * k + j``; within an expert, rows follow that order.
+
+    - ``counts`` int32 ``[E]``: slots routed to each local expert (``masked_m`` of the masked
+      layout).
+    - ``row_offsets`` int32 ``[E + 1]``: first row of each expert in the contiguous layout (a
+      multiple of ``align``); ``row_offsets[E]`` is M_sum.
+    - ``m_indices`` int32 ``[rows]``: local expert of each contiguous row, -1 on padding rows;
+      ``rows`` is M_sum, or ``max_m_sum`` when given (rows past M_sum are padding too).
+    - ``row_token`` int32 ``[rows]``: source token of each row, -1 on padding rows.
+    - ``inv_perm`` int32 ``[T, k]``: contiguous row of each slot, -1 for a dropped slot (id -1 or
+      an expert outside the local range).
+    - ``masked_row`` int32 ``[T, k]``: ``e * max_m + rank`` in the masked layout
+      ``[E, max_m, H]``, -1 for a dropped slot; None without ``max_m``.
+    """
+
+    counts: torch.Tensor
+    row_offsets: torch.Tensor
+    m_indices: torch.Tensor
+    row_token: torch.Tensor
+    inv_perm: torch.Tensor
+    masked_row: torch.Tensor | None
+
+
+def _check_positive_int(value, name: str, *, allow_none: bool = False, minimum: int = 1) -> None:
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def moe_routing(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    *,
+    expert_offset: int = 0,
+    align: int = 128,
+    max_m_sum: int | None = None,
+    max_m: int | None = None,
+) -> MoeRouting:
+    """Routing metadata of ``topk_ids [T, k]`` (int32 or int64; -1 drops a slot) for the local
+    experts ``expert_offset .. expert_offset + num_experts - 1`` (ids outside that range belong
+    to other ranks and are dropped here). Each expert's contiguous rows start at a multiple of
+    ``align``. ``max_m_sum`` fixes the number of contiguous rows (an upper bound on M_sum, so that
+    a GPU caller needs no device-to-host read); ``max_m`` sizes the masked layout. A bound that
+    is too small raises ValueError. See :class:`MoeRouting` for the outputs."""
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
+        raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
+    _check_positive_int(num_experts, "num_experts")
+    _check_positive_int(expert_offset, "expert_offset", minimum=0)
+    _check_positive_int(align, "align")
+    _check_positive_int(max_m_sum, "max_m_sum", allow_none=True, minimum=0)
+    _check_positive_int(max_m, "max_m", allow_none=True, minimum=0)
+    device, (t, k), e = topk_ids.device, topk_ids.shape, num_experts
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    local = ids - expert_offset
+    valid = (ids >= 0) & (local >= 0) & (local < e)
+    expert = torch.where(valid, local, torch.full_like(local, e))  # e: the bucket of dropped slots
+
+    # Counts, aligned row offsets, and each slot's rank within its expert (flat order)
+    counts = torch.bincount(expert, minlength=e + 1)[:e]
+    aligned = (counts + align - 1) // align * align
+    row_offsets = torch.zeros(e + 1, dtype=torch.int64, device=device)
+    row_offsets[1:] = torch.cumsum(aligned, 0)
+    order = torch.argsort(expert, stable=True)
+    first_slot = torch.zeros(e + 1, dtype=torch.int64, device=device)
+    first_slot[1:] = torch.cumsum(counts, 0)
+    rank = torch.empty_like(expert)
+    rank[order] = torch.arange(expert.numel(), device=device) - first_slot[expert[order]]
+
+    # Contiguous layout
+    m_sum = int(row_offsets[-1])
+    rows = m_sum if max_m_sum is None else max_m_sum
+    if m_sum > rows:
+        raise ValueError(f"max_m_sum={max_m_sum} is smaller than M_sum={m_sum} (rows, {align}-aligned per expert)")
+    row = torch.where(valid, row_offsets[expert.clamp(max=e - 1)] + rank, torch.full_like(rank, -1))
+    m_indices = torch.full((rows,), -1, dtype=torch.int32, device=device)
+    row_token = torch.full((rows,), -1, dtype=torch.int32, device=device)
+    slots = valid.nonzero().squeeze(1)
+    m_indices[row[slots]] = expert[slots].to(torch.int32)
+    row_token[row[slots]] = (slots // k).to(torch.int32)
+
+    # Masked layout
+    masked_row = None
+    if max_m is not None:
+        if counts.numel() and int(counts.max()) > max_m:
+            raise ValueError(f"max_m={max_m} is smaller than the {int(counts.max())} slots of the busiest expert")
+        masked_row = torch.where(valid, expert * max_m + rank, torch.full_like(rank, -1)).to(torch.int32).view(t, k)
+    return MoeRouting(
+        counts.to(torch.int32), row_offsets.to(torch.int32), m_indices, row_token,
+        row.to(torch.int32).view(t, k), masked_row,
+    )  # fmt: skip
+
+
+def _zero_rows(scale: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+    """Zero the scales of padding rows (``padding`` bool ``[*, M]``) in any layout's view."""
+    scale[padding] = 0
+    return scale
+
+
+def moe_dispatch_quant(
+    x: torch.Tensor,
+    routing: MoeRouting,
+    group_size: int = 128,
+    *,
+    layout: str = "contiguous",
+    max_m: int | None = None,
+    scale_layout: str = "mn_tma",
+    ue8m0: bool | None = None,
+    eps: float = 1e-10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``x [T, H]`` permuted into an expert-grouped layout and quantized per group.
+
+    ``layout="contiguous"``: q ``[rows, H]`` (row r holds token ``routing.row_token[r]``) and the
+    scales of ``scale_layout`` for ``rows`` rows. ``layout="masked"``: q ``[E, max_m, H]`` (row
+    ``rank`` of expert e holds its rank-th slot) and batched scales, one TMA-aligned block per
+    expert (SPEC.md section 2). Padding rows (no token) are zero, data and scales alike."""
+    if layout not in ("contiguous", "masked"):
+        raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    check_quant_args(x, group_size, eps)
+    if x.dim() != 2:
+        raise ValueError(f"x must be [T, H], got shape {tuple(x.shape)}")
+    h = x.shape[1]
+    if layout == "contiguous":
+        tokens = routing.row_token.long()
+        filled = tokens >= 0
+        xr = torch.zeros((tokens.numel(), h), dtype=x.dtype, device=x.device)
+        xr[filled] = x[tokens[filled]]
+    else:
+        if routing.masked_row is None or max_m is None:
+            raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
+        e = routing.counts.numel()
+        xr = torch.zeros((e * max_m, h), dtype=x.dtype, device=x.device)
+        slots = routing.masked_row.reshape(-1).long()
+        keep = slots >= 0
+        tokens = torch.arange(slots.numel(), device=x.device) // routing.masked_row.shape[1]
+        xr[slots[keep]] = x[tokens[keep]]
+        xr = xr.view(e, max_m, h)
+        filled = torch.arange(max_m, device=x.device) < routing.counts.to(x.device).unsqueeze(1)
+    q, scale = per_token_group_quant(xr, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
+    return q, _zero_rows(scale, ~filled)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of ``x [..., 2N]`` (gate the first half), in x's dtype, exactly as
+    PyTorch computes ``F.silu(gate) * up``: silu in float32 (``g / (1 + exp(-g))``) rounded to the
+    dtype, then the product in float32 rounded to the dtype (docs/contract.md, "MoE")."""
+    n = x.shape[-1] // 2
+    return torch.nn.functional.silu(x[..., :n]) * x[..., n:]
+
+
+def silu_mul_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    *,
+    scale_layout: str = "mn_tma",
+    ue8m0: bool | None = None,
+    eps: float = 1e-10,
+    m_indices: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_token_group_quant(silu_and_mul(x))`` for ``x [M, 2N]`` (plain, or the contiguous
+    layout with ``m_indices``: rows whose entry is -1 are padding) or ``x [E, max_m, 2N]`` with
+    ``masked_m`` (rows past ``masked_m[e]`` are padding). Padding rows come out zero, data and
+    scales, whatever x holds there."""
+    if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3) or x.shape[-1] % 2:
+        raise ValueError("x must be [M, 2N] or [E, max_m, 2N] with an even last dimension")
+    if (m_indices is not None) + (masked_m is not None) > 1:
+        raise ValueError("give m_indices (contiguous layout) or masked_m (masked layout), not both")
+    y = silu_and_mul(x)
+    padding = None
+    if m_indices is not None:
+        if x.dim() != 2 or m_indices.shape != (x.shape[0],):
+            raise ValueError(f"m_indices must be [M] for x [M, 2N], got {tuple(m_indices.shape)} for {tuple(x.shape)}")
+        padding = m_indices.to(x.device) < 0
+    elif masked_m is not None:
+        if x.dim() != 3 or masked_m.shape != (x.shape[0],):
+            raise ValueError(f"masked_m must be [E] for x [E, max_m, 2N], got {tuple(masked_m.shape)}")
+        padding = torch.arange(x.shape[1], device=x.device) >= masked_m.to(x.device).unsqueeze(1)
+    if padding is not None:
+        y = y.masked_fill(padding.unsqueeze(-1), 0)
+    q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
+    return q, scale if padding is None else _zero_rows(scale, padding)
+
+
+def moe_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``out[t] = sum_j weights[t, j] * y[rows[t, j]]`` over ``j = 0 .. k-1`` in that order, in
+    float32 (each product and each sum rounded, no fused multiply-add), rounded once to y's dtype.
+
+    ``y``: expert outputs ``[M_sum, H]`` (contiguous layout; ``rows`` = ``routing.inv_perm``) or
+    ``[E, max_m, H]`` (masked; ``rows`` = ``routing.masked_row``, indexing the flattened rows).
+    A row of -1 (a dropped slot) contributes nothing. ``weights``: ``[T, k]``, any float dtype."""
+    flat = y.reshape(-1, y.shape[-1])
+    if rows.dim() != 2 or weights.shape != rows.shape:
+        raise ValueError(f"rows and weights must both be [T, k], got {tuple(rows.shape)} and {tuple(weights.shape)}")
+    out = torch.zeros((rows.shape[0], flat.shape[1]), dtype=torch.float32, device=y.device)
+    for j in range(rows.shape[1]):
+        r = rows[:, j].long()
+        keep = (r >= 0).unsqueeze(1)
+        term = weights[:, j].float().unsqueeze(1) * flat[r.clamp(min=0)].float()
+        out = torch.where(keep, out + term, out)
+    return out.to(y.dtype)
