@@ -5,8 +5,8 @@
 #      wheel for this interpreter;
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
-#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 90 quantization, 14 weight and 5
-#      scale-transform kernels each;
+#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 90 quantization, 14 weight, 5
+#      scale-transform and 6 MoE-combine kernels each;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
 #   4. tests/consumer (C++) built against the wheel's CMake package and against a plain
@@ -74,7 +74,10 @@ for wheel in "$out"/wheelhouse/*.whl; do
     # scale transforms: convert and unpack x (row, MN-major destination), pack (MN-major) = 5
     transforms=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "scale_transform_kernel.*\.$arch\.")
     [ "$transforms" -eq 5 ] || { echo "FAIL: $transforms scale_transform kernels for $arch, expected 5"; exit 1; }
-    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels, $transforms scale_transform kernels"
+    # moe_combine: 3 dtypes x aligned = 6
+    combine=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "moe_combine_kernel.*\.$arch\.")
+    [ "$combine" -eq 6 ] || { echo "FAIL: $combine moe_combine kernels for $arch, expected 6"; exit 1; }
+    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels, $transforms scale_transform kernels, $combine moe_combine kernels"
   done
 done
 

@@ -6,6 +6,7 @@
 #define FP8QUANT_FP8QUANT_H_
 
 #include "fp8quant/common.h"
+#include "fp8quant/moe.h"
 #include "fp8quant/pack.h"
 #include "fp8quant/quant.h"
 #include "fp8quant/weights.h"

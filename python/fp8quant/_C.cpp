@@ -122,6 +122,17 @@ void scale_transform_ptr(const std::string& op, uintptr_t src, int src_layout, u
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// MoE combine through pointers and strides (fp8quant_moe_combine, which checks every argument).
+void moe_combine_ptr(uintptr_t y, int y_dtype, int64_t y_rows, int64_t h, int64_t y_row_stride, uintptr_t rows,
+                     uintptr_t weights, int64_t t, int64_t k, uintptr_t out, int64_t out_row_stride,
+                     uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_moe_combine(
+      reinterpret_cast<const void*>(y), static_cast<fp8quant_dtype_t>(y_dtype), y_rows, h, y_row_stride,
+      reinterpret_cast<const int32_t*>(rows), reinterpret_cast<const float*>(weights), t, k,
+      reinterpret_cast<void*>(out), out_row_stride, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -224,6 +235,10 @@ NB_MODULE(_C, mod) {
           nb::arg("block_n"), nb::arg("first_invalid"), nb::arg("stream"),
           "fp8quant_convert_scales / pack_ue8m0 / unpack_ue8m0 / sm100_weight_scales (op = 'convert', 'pack', "
           "'unpack', 'sm100_weight_scales') on device addresses of whole buffers; first_invalid may be 0.");
+  mod.def("moe_combine_ptr", &moe_combine_ptr, nb::arg("y"), nb::arg("y_dtype"), nb::arg("y_rows"), nb::arg("h"),
+          nb::arg("y_row_stride"), nb::arg("rows"), nb::arg("weights"), nb::arg("t"), nb::arg("k"), nb::arg("out"),
+          nb::arg("out_row_stride"), nb::arg("stream"),
+          "fp8quant_moe_combine on device addresses (y, int32 rows, fp32 weights, out), strides in elements.");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

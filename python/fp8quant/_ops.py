@@ -154,12 +154,13 @@ class Op:
         self._labels = tuple(f"out[{i}] ({o})" for i, o in enumerate(outputs))
 
         ins = ", ".join(f"Tensor {i}" for i in inputs)
+        params = f", {params}" if params else ""
         rets = ", ".join("Tensor" for _ in outputs)  # one output: "(Tensor)" is a lone Tensor
         self.functional = torch.library.custom_op(
             f"{namespace}::{name}",
             self._functional_impl,
             mutates_args=(),
-            schema=f"({ins}, {params}) -> ({rets})",
+            schema=f"({ins}{params}) -> ({rets})",
         )
         self.functional.register_fake(self._fake_impl)
         outs = ", ".join(f"Tensor({chr(ord('a') + i)}!) {o}" for i, o in enumerate(outputs))
@@ -167,7 +168,7 @@ class Op:
             f"{namespace}::{name}_out",
             self._out_impl,
             mutates_args=outputs,
-            schema=f"({ins}, {outs}, {params}) -> ()",
+            schema=f"({ins}, {outs}{params}) -> ()",
         )
         self.out_variant.register_fake(lambda *args: None)
 

@@ -494,6 +494,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: block-scaled FP8 GEMMs (torch._scaled_mm, DeepGEMM if installed) against a bf16 matmul on "
         "DeepSeek-V3's weight shapes, with the activation quantization's share (--m picks M; GPU only)",
     )
+    parser.add_argument(
+        "--moe",
+        action="store_true",
+        help="instead: the MoE combine (T from --m, default 4096; H from --k; k = 8 of 256 experts) against the "
+        "copy bandwidth and the PyTorch op chain it replaces (GPU only)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
@@ -517,6 +523,10 @@ def main(args: argparse.Namespace) -> int:
         from .bench_gemm import run_gemm  # noqa: PLC0415 - it imports this module
 
         return run_gemm(args)
+    if args.moe:
+        from .bench_moe import run_moe  # noqa: PLC0415 - it imports this module
+
+        return run_moe(args)
     if args.host_overhead:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 

@@ -488,14 +488,15 @@ def moe_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> t
 
     ``y``: expert outputs ``[M_sum, H]`` (contiguous layout; ``rows`` = ``routing.inv_perm``) or
     ``[E, max_m, H]`` (masked; ``rows`` = ``routing.masked_row``, indexing the flattened rows).
-    A row of -1 (a dropped slot) contributes nothing. ``weights``: ``[T, k]``, any float dtype."""
+    A row outside ``[0, rows of y)``, such as the -1 of a dropped slot, contributes nothing.
+    ``weights``: ``[T, k]``, any float dtype."""
     flat = y.reshape(-1, y.shape[-1])
     if rows.dim() != 2 or weights.shape != rows.shape:
         raise ValueError(f"rows and weights must both be [T, k], got {tuple(rows.shape)} and {tuple(weights.shape)}")
     out = torch.zeros((rows.shape[0], flat.shape[1]), dtype=torch.float32, device=y.device)
-    for j in range(rows.shape[1]):
+    for j in range(rows.shape[1] if flat.shape[0] else 0):
         r = rows[:, j].long()
-        keep = (r >= 0).unsqueeze(1)
-        term = weights[:, j].float().unsqueeze(1) * flat[r.clamp(min=0)].float()
+        keep = ((r >= 0) & (r < flat.shape[0])).unsqueeze(1)
+        term = weights[:, j].float().unsqueeze(1) * flat[r.clamp(0, max(flat.shape[0] - 1, 0))].float()
         out = torch.where(keep, out + term, out)
     return out.to(y.dtype)

@@ -55,19 +55,9 @@ fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* sc
   return FP8QUANT_SUCCESS;
 }
 
-// An input: strides >= 0 (rows and batches may overlap or repeat), span within 2^63 bytes.
-fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
-  using std::to_string;
-  const int64_t row_given = t.row_stride, batch_given = t.batch_stride;
-  normalize(t, batch, rows);
-  FP8QUANT_CHECK_ARG(t.row_stride >= 0, t.row_stride_name,
-                     "must be >= 0 (rows may overlap or repeat), got " + to_string(row_given));
-  FP8QUANT_CHECK_ARG(t.batch_stride >= 0, t.batch_stride_name,
-                     "must be >= 0 (batches may overlap or repeat), got " + to_string(batch_given));
-  Span span{};
-  FP8QUANT_RETURN_IF_ERROR(span_rows(t, rows, cols, &span));
-  return span_batches(t, batch, &span);
-}
+
+
+}  // namespace
 
 // A row-major output: rows and batches must not overlap, span within 2^63 bytes.
 fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
@@ -85,7 +75,19 @@ fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t 
   return span_batches(t, batch, &span);
 }
 
-}  // namespace
+// An input: strides >= 0 (rows and batches may overlap or repeat), span within 2^63 bytes.
+fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols) {
+  using std::to_string;
+  const int64_t row_given = t.row_stride, batch_given = t.batch_stride;
+  normalize(t, batch, rows);
+  FP8QUANT_CHECK_ARG(t.row_stride >= 0, t.row_stride_name,
+                     "must be >= 0 (rows may overlap or repeat), got " + to_string(row_given));
+  FP8QUANT_CHECK_ARG(t.batch_stride >= 0, t.batch_stride_name,
+                     "must be >= 0 (batches may overlap or repeat), got " + to_string(batch_given));
+  Span span{};
+  FP8QUANT_RETURN_IF_ERROR(span_rows(t, rows, cols, &span));
+  return span_batches(t, batch, &span);
+}
 
 // `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
 fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,

@@ -39,6 +39,14 @@ struct Operand {
   int64_t bytes = 0;     // set by the checks: first element to past the last
 };
 
+// An input `t` ([batch, rows, cols], read): strides >= 0 (rows and batches may overlap or
+// repeat), span within 2^63 bytes; strides of size-1 dimensions set to 0; t.bytes set.
+fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols);
+
+// A row-major output `t` ([batch, rows, cols], written): rows and batches apart, span within
+// 2^63 bytes; strides of size-1 dimensions set to 0; t.bytes set.
+fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols);
+
 // Everything about the buffers of a quantization of `in` ([batch, rows, cols], read) into `q`
 // (like-shaped, row-major, written) and `scale` (`scale_bytes` from its pointer), in this order:
 // non-null pointers, `in` aligned to its element and `scale` to 4 bytes; `in`'s strides (>= 0,

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fp8quant::math {
 
@@ -123,6 +124,18 @@ __device__ __forceinline__ void unpack_e4m3x4(uint32_t w, float* v) {
 // (SPEC 3): the float32 product, rounded to bfloat16.
 __device__ __forceinline__ float dequantize_bf16(float q, float s) {
   return __bfloat162float(__float2bfloat16_rn(__fmul_rn(q, s)));
+}
+
+// A float rounded to nearest even in the element type T.
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else {
+    return __float2bfloat16_rn(v);
+  }
 }
 
 // Two packed 16-bit elements (low element first) to floats.

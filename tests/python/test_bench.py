@@ -79,3 +79,22 @@ def test_weights_mode_needs_a_gpu():
         pytest.skip("a GPU is present: the weights bench runs there")
     with pytest.raises(SystemExit, match=r"^--weights times the GPU kernel; no CUDA GPU was found$"):
         args.run(args)
+
+
+def test_moe_mode_needs_a_gpu():
+    args = build_parser().parse_args(["bench", "--moe"])
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the MoE bench runs there")
+    with pytest.raises(SystemExit, match=r"^--moe times the GPU kernels; no CUDA GPU was found$"):
+        args.run(args)
+
+
+def test_torch_combine_chain_is_the_reference():
+    """The bench's PyTorch baseline computes what moe_combine computes (up to float32 summation order)."""
+    from fp8quant import reference  # noqa: PLC0415
+    from fp8quant.bench_moe import torch_combine  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([[0, 2, -1], [1, -1, 3]], dtype=torch.int32)
+    y, w = torch.randn(4, 16, generator=g), torch.rand(2, 3, generator=g)
+    assert torch.allclose(torch_combine(y, rows, w), reference.moe_combine(y, rows, w), rtol=1e-6, atol=1e-6)

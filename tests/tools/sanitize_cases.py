@@ -7,7 +7,8 @@ access lands outside it:
 
 Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
 the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, requantization, and
-every scale transform (layouts, pack, unpack, SM100 weight scales, batched), with programmatic
+every scale transform (layouts, pack, unpack, SM100 weight scales, batched) and the MoE combine
+(dropped slots, unaligned H), with programmatic
 dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
@@ -74,6 +75,9 @@ def run_cases() -> tuple[int, int]:
     for shape in ((1, 1), (5, 3), (129, 7), (2, 130, 56)):
         failures += not check_transforms(shape, gen)
         cases += 1
+    for t, k, h in ((1, 1, 8), (7, 2, 100), (300, 8, 7168)):
+        failures += not check_combine(t, k, h, gen)
+        cases += 1
     torch.cuda.synchronize()
     return cases, failures
 
@@ -89,6 +93,15 @@ def check_requantize(w: torch.Tensor) -> bool:
     q2, s2 = fp8quant.requantize_ue8m0(q, s)
     rq, rs = fp8quant.reference.requantize_ue8m0(q, s)
     return torch.equal(q2.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s2, rs)
+
+
+def check_combine(t: int, k: int, h: int, gen) -> bool:
+    ids = torch.randint(-1, 16, (t, k), device="cuda", generator=gen, dtype=torch.int32)
+    routing = fp8quant.reference.moe_routing(ids, 8, expert_offset=4, align=128)
+    y = torch.randn(routing.m_indices.numel(), h, device="cuda", generator=gen).to(torch.bfloat16)
+    weights = torch.rand(t, k, device="cuda", generator=gen)
+    got = fp8quant.moe_combine(y, routing.inv_perm, weights)
+    return torch.equal(got, fp8quant.reference.moe_combine(y, routing.inv_perm, weights))
 
 
 def check_transforms(shape, gen) -> bool:

@@ -1,0 +1,45 @@
+"""fp8quant.moe_combine on the CPU (its reference path) and its argument checks; the kernel is
+tested against the same reference in test_moe_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8quant
+from fp8quant import reference as R
+
+TOPK = torch.tensor([[1, 3], [1, -1], [0, 1]], dtype=torch.int32)
+W = torch.tensor([[0.5, 0.25], [2.0, 7.0], [1.0, -1.0]])
+
+
+def test_cpu_call_is_the_reference():
+    r = R.moe_routing(TOPK, 4, align=4, max_m=3)
+    y = torch.randn(12, 40, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    got = fp8quant.moe_combine(y, r.inv_perm, W)
+    assert torch.equal(got, R.moe_combine(y, r.inv_perm, W))
+    out = torch.full((3, 48), float("nan"), dtype=torch.bfloat16)[:, :40]
+    assert fp8quant.moe_combine(y, r.inv_perm, W, out=out) is out and torch.equal(out, got)
+    assert torch.equal(fp8quant.moe_combine(torch.zeros(0, 40), r.inv_perm, W), torch.zeros(3, 40))
+
+
+def test_out_of_range_rows_contribute_nothing():
+    y = torch.ones(4, 8)
+    rows = torch.tensor([[0, 4, -1, 3]], dtype=torch.int32)  # 4 is past y's last row
+    assert fp8quant.moe_combine(y, rows, torch.ones(1, 4)).tolist() == [[2.0] * 8]
+
+
+@pytest.mark.parametrize(
+    "call,error,match",
+    [
+        (lambda: fp8quant.moe_combine(torch.ones(4, 8, dtype=torch.int32), TOPK, W), TypeError, r"^y must be a bfloat16"),
+        (lambda: fp8quant.moe_combine(torch.ones(8, 4).t(), TOPK, W), ValueError, r"^y must have a contiguous last dimension"),
+        (lambda: fp8quant.moe_combine(torch.ones(2, 4, 8)[:, :3], TOPK, W), ValueError, r"evenly spaced rows"),
+        (lambda: fp8quant.moe_combine(torch.ones(4, 8), TOPK.long(), W), TypeError, r"^rows must be a contiguous int32"),
+        (lambda: fp8quant.moe_combine(torch.ones(4, 8), TOPK, W.double()), TypeError, r"^weights must be a contiguous float32"),
+        (lambda: fp8quant.moe_combine(torch.ones(4, 8), TOPK, W[:2]), ValueError, r"^weights must have the shape of rows \(3, 2\)"),
+    ],
+)  # fmt: skip
+def test_argument_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
