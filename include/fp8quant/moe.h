@@ -1,11 +1,14 @@
 /**
  * @file moe.h
- * @brief Mixture-of-experts data movement around the grouped GEMMs. This header has the combine
- *        step: each token's expert outputs, weighted by the router and summed.
+ * @brief Mixture-of-experts data movement around the grouped GEMMs: the routing metadata of
+ *        the expert-grouped layouts, and the combine step (each token's expert outputs, weighted
+ *        by the router and summed).
  *
- * Numerics (docs/contract.md, "MoE"): `out[t] = sum_j weights[t, j] * y[rows[t, j]]` over
- * `j = 0 .. k-1` in that order, each product and each sum rounded in float32 (no fused
- * multiply-add), rounded once to y's dtype (round to nearest even).
+ * Layouts and numerics: docs/contract.md, "MoE". Routing takes slots in flat order
+ * `s = t * k + j`; within an expert, rows follow that order, so every output is deterministic.
+ * Combine computes `out[t] = sum_j weights[t, j] * y[rows[t, j]]` over `j = 0 .. k-1` in that
+ * order, each product and each sum rounded in float32 (no fused multiply-add), rounded once to
+ * y's dtype (round to nearest even).
  */
 #ifndef FP8QUANT_MOE_H_
 #define FP8QUANT_MOE_H_
@@ -44,6 +47,50 @@ extern "C" {
 FP8QUANT_API fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, int64_t y_rows, int64_t h,
                                                     int64_t y_row_stride, const int32_t* rows, const float* weights,
                                                     int64_t t, int64_t k, void* out, int64_t out_row_stride,
+                                                    cudaStream_t stream);
+
+/** @brief Bits of the routing status word. */
+typedef enum fp8quant_routing_status {
+  FP8QUANT_ROUTING_OK = 0,
+  FP8QUANT_ROUTING_ROWS_OVERFLOW = 1,   /**< M_sum exceeded `rows`: slots past it got row -1. */
+  FP8QUANT_ROUTING_MAX_M_OVERFLOW = 2,  /**< An expert got more than `max_m` slots: those got -1. */
+} fp8quant_routing_status_t;
+
+/**
+ * @brief Routing metadata of `topk_ids [t, k]` for the local experts
+ *        `expert_offset .. expert_offset + num_experts - 1`, without a device-to-host read.
+ *
+ * A slot whose id is negative or outside the local range is dropped. Each expert's rows in the
+ * contiguous layout start at a multiple of `align`; `rows` is the caller's bound on their total
+ * M_sum. Two kernels are enqueued on `stream` (a count, then the placement); pointers are device
+ * memory of the current device, outputs must not overlap `topk_ids` or each other. Every output
+ * is written whole, also for `t == 0`.
+ *
+ * @param topk_ids       int32 or int64 `[t, k]`, contiguous.
+ * @param index_bits     32 or 64: the width of `topk_ids`' elements.
+ * @param t              Tokens, >= 0.
+ * @param k              Slots per token, in [1, 1024]; `t * k` at most 2^31 - 1.
+ * @param num_experts    Local experts E, in [1, 65535].
+ * @param expert_offset  Global id of local expert 0, >= 0.
+ * @param align          Row alignment of each expert, in [1, 2^20].
+ * @param rows           Rows of `m_indices` and `row_token`, in [0, 2^31 - 1].
+ * @param max_m          Rows per expert of the masked layout; 0: no masked layout.
+ * @param counts         Output int32 `[E]`: slots per local expert.
+ * @param row_offsets    Output int32 `[E + 1]`: first row of each expert; the last is M_sum.
+ * @param m_indices      Output int32 `[rows]`: local expert of each row, -1 on padding rows.
+ * @param row_token      Output int32 `[rows]`: source token of each row, -1 on padding rows.
+ * @param inv_perm       Output int32 `[t, k]`: row of each slot, -1 where dropped.
+ * @param masked_row     Output int32 `[t, k]`: `e * max_m + rank`, -1 where dropped; may be null
+ *                       when `max_m == 0`.
+ * @param status         Output int32 `[1]`: ::fp8quant_routing_status_t bits (0 when every slot
+ *                       found its row).
+ * @param stream         CUDA stream to enqueue on.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k,
+                                                    int64_t num_experts, int64_t expert_offset, int64_t align,
+                                                    int64_t rows, int64_t max_m, int32_t* counts,
+                                                    int32_t* row_offsets, int32_t* m_indices, int32_t* row_token,
+                                                    int32_t* inv_perm, int32_t* masked_row, int32_t* status,
                                                     cudaStream_t stream);
 
 #ifdef __cplusplus

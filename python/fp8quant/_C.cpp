@@ -133,6 +133,19 @@ void moe_combine_ptr(uintptr_t y, int y_dtype, int64_t y_rows, int64_t h, int64_
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// MoE routing metadata through device addresses (fp8quant_moe_routing, which checks every argument).
+void moe_routing_ptr(uintptr_t topk_ids, int index_bits, int64_t t, int64_t k, int64_t num_experts,
+                     int64_t expert_offset, int64_t align, int64_t rows, int64_t max_m, uintptr_t counts,
+                     uintptr_t row_offsets, uintptr_t m_indices, uintptr_t row_token, uintptr_t inv_perm,
+                     uintptr_t masked_row, uintptr_t status, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<int32_t*>(p); };
+  const fp8quant_status_t st = fp8quant_moe_routing(
+      reinterpret_cast<const void*>(topk_ids), index_bits, t, k, num_experts, expert_offset, align, rows, max_m,
+      i32(counts), i32(row_offsets), i32(m_indices), i32(row_token), i32(inv_perm), i32(masked_row), i32(status),
+      reinterpret_cast<cudaStream_t>(stream));
+  if (st != FP8QUANT_SUCCESS) throw_status(st);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -239,6 +252,11 @@ NB_MODULE(_C, mod) {
           nb::arg("y_row_stride"), nb::arg("rows"), nb::arg("weights"), nb::arg("t"), nb::arg("k"), nb::arg("out"),
           nb::arg("out_row_stride"), nb::arg("stream"),
           "fp8quant_moe_combine on device addresses (y, int32 rows, fp32 weights, out), strides in elements.");
+  mod.def("moe_routing_ptr", &moe_routing_ptr, nb::arg("topk_ids"), nb::arg("index_bits"), nb::arg("t"), nb::arg("k"),
+          nb::arg("num_experts"), nb::arg("expert_offset"), nb::arg("align"), nb::arg("rows"), nb::arg("max_m"),
+          nb::arg("counts"), nb::arg("row_offsets"), nb::arg("m_indices"), nb::arg("row_token"), nb::arg("inv_perm"),
+          nb::arg("masked_row"), nb::arg("status"), nb::arg("stream"),
+          "fp8quant_moe_routing on device addresses (int32 outputs; masked_row may be 0 when max_m is 0).");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

@@ -1,6 +1,6 @@
 """Mixture-of-experts ops around the grouped GEMMs (docs/contract.md, "MoE"), declared once each
-(``fp8quant._ops.Op``) with their CUDA launch. This module has the combine step; routing,
-dispatch + quantize and SiLU-and-mul + quantize have references in :mod:`fp8quant.reference`
+(``fp8quant._ops.Op``) with their CUDA launch: the routing metadata and the combine step.
+Dispatch + quantize and SiLU-and-mul + quantize have references in :mod:`fp8quant.reference`
 and kernels to come."""
 
 from __future__ import annotations
@@ -10,9 +10,123 @@ import torch
 from . import reference
 from ._checks import INPUT_DTYPES
 from ._ext import DTYPE_CODES, extension, launch
-from ._ops import Buffer, Op, TensorMeta
+from ._ops import Buffer, Op, TensorMeta, tracing
 
-__all__ = ["moe_combine"]
+__all__ = ["moe_combine", "moe_routing"]
+
+_ROWS_OVERFLOW, _MAX_M_OVERFLOW = 1, 2  # fp8quant_routing_status_t bits
+
+
+# --- moe_routing ---------------------------------------------------------------------------------
+
+
+def _routing_geometry(
+    topk_ids: TensorMeta, num_experts: int, expert_offset: int, align: int, rows: int, max_m: int
+) -> tuple[Buffer, ...]:
+    t, k = topk_ids.shape
+    i32 = torch.int32
+    return (
+        Buffer(i32, (num_experts,)), Buffer(i32, (num_experts + 1,)), Buffer(i32, (rows,)), Buffer(i32, (rows,)),
+        Buffer(i32, (t, k)), Buffer(i32, (t, k)), Buffer(i32, (1,)),
+    )  # fmt: skip
+
+
+def _routing_launch(topk_ids, counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status,
+                    num_experts: int, expert_offset: int, align: int, rows: int, max_m: int) -> None:  # fmt: skip
+    t, k = topk_ids.shape
+    launch(
+        extension().moe_routing_ptr, topk_ids.get_device(), topk_ids.data_ptr(), 8 * topk_ids.element_size(), t, k,
+        num_experts, expert_offset, align, rows, max_m, counts.data_ptr(), row_offsets.data_ptr(),
+        m_indices.data_ptr(), row_token.data_ptr(), inv_perm.data_ptr(), masked_row.data_ptr() if max_m else 0,
+        status.data_ptr(),
+    )  # fmt: skip
+
+
+def _routing_reference(topk_ids, num_experts, expert_offset, align, rows, max_m):
+    r = reference.moe_routing(
+        topk_ids, num_experts, expert_offset=expert_offset, align=align, max_m_sum=rows, max_m=max_m or None
+    )
+    masked_row = r.masked_row if max_m else torch.full_like(r.inv_perm, -1)
+    return (*r[:5], masked_row, torch.zeros(1, dtype=torch.int32, device=topk_ids.device))
+
+
+_routing = Op(
+    "moe_routing",
+    inputs=("topk_ids",),
+    params="int num_experts, int expert_offset, int align, int rows, int max_m",
+    outputs=("counts", "row_offsets", "m_indices", "row_token", "inv_perm", "masked_row", "status"),
+    geometry=_routing_geometry,
+    launch=_routing_launch,
+    reference=_routing_reference,
+)
+
+
+def _m_sum(topk_ids: torch.Tensor, num_experts: int, expert_offset: int, align: int) -> int:
+    """M_sum of a routing, read back from the device (the one synchronization of moe_routing
+    without max_m_sum)."""
+    ids = topk_ids.reshape(-1).long() - expert_offset
+    valid = (topk_ids.reshape(-1) >= 0) & (ids >= 0) & (ids < num_experts)
+    counts = torch.bincount(torch.where(valid, ids, num_experts), minlength=num_experts + 1)[:num_experts]
+    return int(((counts + align - 1) // align * align).sum())
+
+
+def moe_routing(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    *,
+    expert_offset: int = 0,
+    align: int = 128,
+    max_m_sum: int | None = None,
+    max_m: int | None = None,
+    validate: bool = True,
+) -> reference.MoeRouting:
+    """Routing metadata of ``topk_ids [T, k]`` for the local experts ``expert_offset ..
+    expert_offset + num_experts - 1``: the contiguous layout (each expert's rows ``align``-aligned;
+    ``m_indices``, ``row_token``, ``inv_perm``, ``row_offsets``) and, with ``max_m``, the masked
+    layout (``masked_row``); see :class:`fp8quant.reference.MoeRouting` and docs/contract.md.
+
+    Args:
+        topk_ids: int32 or int64 ``[T, k]``, contiguous; -1 (or any id outside the local range)
+            drops a slot.
+        max_m_sum: the number of contiguous rows, an upper bound on M_sum: with it the GPU path
+            reads nothing back from the device (safe in CUDA graphs). Without it M_sum is computed
+            first (one synchronization).
+        max_m: rows per expert of the masked layout ``[E, max_m, H]``.
+        validate: raise ValueError when a bound is too small (the reference's message; on the GPU
+            one read of the status word, skipped while tracing or capturing). The kernels never
+            write past the bounds: slots that do not fit get row -1.
+    """
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
+        raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
+    if not topk_ids.is_cuda:
+        return reference.moe_routing(
+            topk_ids, num_experts, expert_offset=expert_offset, align=align, max_m_sum=max_m_sum, max_m=max_m
+        )
+    if not topk_ids.is_contiguous():
+        raise ValueError(f"topk_ids must be contiguous, got strides {tuple(topk_ids.stride())}")
+    for name, value, minimum in (("num_experts", num_experts, 1), ("expert_offset", expert_offset, 0), ("align", align, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    for name, value in (("max_m_sum", max_m_sum), ("max_m", max_m)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    rows = _m_sum(topk_ids, num_experts, expert_offset, align) if max_m_sum is None else max_m_sum
+    counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status = _routing(
+        topk_ids, num_experts, expert_offset, align, rows, max_m or 0
+    )
+    if validate and not (tracing() or torch.cuda.is_current_stream_capturing()):
+        bits = int(status.item())
+        if bits & _ROWS_OVERFLOW:
+            raise ValueError(
+                f"max_m_sum={max_m_sum} is smaller than M_sum={int(row_offsets[-1])} (rows, {align}-aligned per expert)"
+            )
+        if bits & _MAX_M_OVERFLOW:
+            raise ValueError(f"max_m={max_m} is smaller than the {int(counts.max())} slots of the busiest expert")
+    return reference.MoeRouting(counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None)
+
+
+# --- moe_combine ---------------------------------------------------------------------------------
+
 
 
 def _combine_geometry(y: TensorMeta, rows: TensorMeta, weights: TensorMeta) -> tuple[Buffer]:

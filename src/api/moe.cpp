@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "fp8quant/moe.h"
 #include "kernels/moe_combine.hpp"
+#include "kernels/moe_routing.hpp"
 
 namespace {
 
@@ -15,6 +16,30 @@ using namespace fp8quant::api;
 constexpr int64_t kMaxSlots = 1024;                                // k: slots per token
 constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;            // tokens go on grid.x
 constexpr int64_t kMaxHidden = (int64_t{1} << 31) - 1 - 65536;    // h is int32 on the device
+constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;               // rows and slots are int32 on the device
+constexpr int64_t kMaxExperts = 65535;                              // one block each
+constexpr int64_t kMaxAlign = int64_t{1} << 20;
+
+// The architecture's launcher, once every argument has passed.
+template <typename Problem, typename Sm90, typename Sm100>
+fp8quant_status_t dispatch(const Problem& problem, cudaStream_t stream, Sm90 sm90, Sm100 sm100) {
+  fp8quant::DeviceInfo device{};
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
+  int arch = 0;
+  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
+  if (arch == 9) {
+    return sm90(problem, stream);
+  } else {  // 10: kernel_arch returns no other
+    return sm100(problem, stream);
+  }
+}
+
+// A named device buffer of `bytes` bytes, for the overlap checks.
+struct Span {
+  const char* name;
+  const void* ptr;
+  int64_t bytes;
+};
 
 }  // namespace
 
@@ -72,16 +97,78 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
                     os.row_stride % vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
 
-  // Dispatch on the architecture
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  if (arch == 9) {
-    return fp8quant::sm90::moe_combine(problem, stream);
-  } else {  // 10: kernel_arch returns no other
-    return fp8quant::sm100::moe_combine(problem, stream);
+  return dispatch(problem, stream, fp8quant::sm90::moe_combine, fp8quant::sm100::moe_combine);
+}
+
+fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k,
+                                       int64_t num_experts, int64_t expert_offset, int64_t align, int64_t rows,
+                                       int64_t max_m, int32_t* counts, int32_t* row_offsets, int32_t* m_indices,
+                                       int32_t* row_token, int32_t* inv_perm, int32_t* masked_row, int32_t* status,
+                                       cudaStream_t stream) {
+  using std::to_string;
+  // Values
+  FP8QUANT_CHECK_ARG(index_bits == 32 || index_bits == 64, "index_bits", "must be 32 or 64, got " + to_string(index_bits));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxInt32 / k, "t",
+                     "must be in [0, " + to_string(kMaxInt32 / k) + "] (t * k slots fit in int32), got " + to_string(t));
+  FP8QUANT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts, "num_experts",
+                     "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(num_experts));
+  FP8QUANT_CHECK_ARG(expert_offset >= 0, "expert_offset", "must be >= 0, got " + to_string(expert_offset));
+  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
+                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
+  FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
+  FP8QUANT_CHECK_ARG(max_m >= 0 && max_m <= kMaxInt32 / num_experts, "max_m",
+                     "must be in [0, " + to_string(kMaxInt32 / num_experts) + "] (num_experts * max_m rows fit in int32), got " +
+                         to_string(max_m));
+
+  // Buffers: present, aligned, apart
+  const int64_t slots = t * k;
+  const Span spans[] = {
+      {"topk_ids", topk_ids, slots * (index_bits / 8)},
+      {"counts", counts, num_experts * 4},
+      {"row_offsets", row_offsets, (num_experts + 1) * 4},
+      {"m_indices", m_indices, rows * 4},
+      {"row_token", row_token, rows * 4},
+      {"inv_perm", inv_perm, slots * 4},
+      {"masked_row", masked_row, max_m > 0 ? slots * 4 : 0},
+      {"status", status, 4},
+  };
+  for (const Span& b : spans) {
+    const bool needed = b.bytes > 0 || b.ptr != nullptr;
+    if (!needed) continue;  // an empty buffer (or masked_row without max_m) may be null
+    FP8QUANT_CHECK_ARG(b.ptr != nullptr, b.name, "must not be null");
+    const int64_t a = b.ptr == topk_ids ? index_bits / 8 : 4;
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(b.ptr) % a == 0, b.name, "must be " + to_string(a) + "-byte aligned");
   }
+  FP8QUANT_CHECK_ARG(max_m == 0 || slots == 0 || masked_row != nullptr, "masked_row", "must not be null when max_m > 0");
+  for (size_t i = 1; i < sizeof(spans) / sizeof(spans[0]); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (spans[i].bytes > 0 && spans[j].bytes > 0) {
+        FP8QUANT_RETURN_IF_ERROR(check_apart(spans[i].name, spans[i].ptr, spans[i].bytes, spans[j].name, spans[j].ptr,
+                                             spans[j].bytes));
+      }
+    }
+  }
+
+  fp8quant::RoutingProblem problem{};
+  problem.topk_ids = topk_ids;
+  problem.counts = counts;
+  problem.row_offsets = row_offsets;
+  problem.m_indices = m_indices;
+  problem.row_token = row_token;
+  problem.inv_perm = inv_perm;
+  problem.masked_row = max_m > 0 ? masked_row : nullptr;
+  problem.status = status;
+  problem.expert_offset = expert_offset;
+  problem.slots = static_cast<int32_t>(slots);
+  problem.k = static_cast<int32_t>(k);
+  problem.experts = static_cast<int32_t>(num_experts);
+  problem.align = static_cast<int32_t>(align);
+  problem.rows = static_cast<int32_t>(rows);
+  problem.max_m = static_cast<int32_t>(max_m);
+  problem.int64_ids = index_bits == 64;
+  problem.pdl = fp8quant::pdl_enabled();
+  return dispatch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
 }
 
 }  // extern "C"

@@ -33,6 +33,7 @@ struct Call {
   }
 };
 
+template <typename Call>
 void expect_invalid(const Call& call, const char* arg, const char* text = "") {
   const fp8quant_status_t st = call.run();
   const std::string msg = fp8quant_last_error();
@@ -73,6 +74,48 @@ void test_validation() {
   c = Call(), c.out_row_stride = 255, expect_invalid(c, "out_row_stride", "must not overlap");
   c = Call(), c.out = const_cast<void*>(kY), expect_invalid(c, "out", "overlaps y");
   c = Call(), c.out = const_cast<int32_t*>(kRows) + 4, expect_invalid(c, "out", "overlaps rows");
+}
+
+struct Routing {
+  const void* ids = kY;
+  int bits = 32;
+  int64_t t = 100, k = 8, experts = 16, offset = 0, align = 128, rows = 2848, max_m = 100;
+  int32_t* counts = reinterpret_cast<int32_t*>(uintptr_t{5} << 20);
+  int32_t* offsets = reinterpret_cast<int32_t*>(uintptr_t{6} << 20);
+  int32_t* m_indices = reinterpret_cast<int32_t*>(uintptr_t{7} << 20);
+  int32_t* row_token = reinterpret_cast<int32_t*>(uintptr_t{8} << 20);
+  int32_t* inv_perm = reinterpret_cast<int32_t*>(uintptr_t{9} << 20);
+  int32_t* masked_row = reinterpret_cast<int32_t*>(uintptr_t{10} << 20);
+  int32_t* status = reinterpret_cast<int32_t*>(uintptr_t{11} << 20);
+
+  fp8quant_status_t run() const {
+    return fp8quant_moe_routing(ids, bits, t, k, experts, offset, align, rows, max_m, counts, offsets, m_indices,
+                                row_token, inv_perm, masked_row, status, nullptr);
+  }
+};
+
+void test_routing_validation() {
+  int count = 0;
+  const bool gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  Routing r;
+  if (!gpu) EXPECT(r.run() == FP8QUANT_ERROR_NO_DEVICE);
+  r.bits = 16, expect_invalid(r, "index_bits");
+  r = Routing(), r.k = 0, expect_invalid(r, "k");
+  r = Routing(), r.t = -1, expect_invalid(r, "t");
+  r = Routing(), r.t = int64_t{1} << 29, expect_invalid(r, "t", "fit in int32");
+  r = Routing(), r.experts = 0, expect_invalid(r, "num_experts");
+  r = Routing(), r.experts = 65536, expect_invalid(r, "num_experts");
+  r = Routing(), r.offset = -1, expect_invalid(r, "expert_offset");
+  r = Routing(), r.align = 0, expect_invalid(r, "align");
+  r = Routing(), r.rows = -1, expect_invalid(r, "rows");
+  r = Routing(), r.max_m = int64_t{1} << 28, expect_invalid(r, "max_m", "fit in int32");
+  r = Routing(), r.counts = nullptr, expect_invalid(r, "counts", "null");
+  r = Routing(), r.ids = static_cast<const char*>(kY) + 4, r.bits = 64, expect_invalid(r, "topk_ids", "8-byte aligned");
+  r = Routing(), r.masked_row = nullptr, expect_invalid(r, "masked_row", "null");
+  r = Routing(), r.max_m = 0, r.masked_row = nullptr;
+  if (!gpu) EXPECT(r.run() == FP8QUANT_ERROR_NO_DEVICE);  // no masked layout: masked_row may be null
+  r = Routing(), r.row_token = r.m_indices + 100, expect_invalid(r, "row_token", "overlaps m_indices");
+  r = Routing(), r.status = r.inv_perm + 799, expect_invalid(r, "status", "overlaps inv_perm");
 }
 
 uint16_t bf16(float f) {
@@ -118,6 +161,7 @@ bool test_launch() {
 
 int main() {
   test_validation();
+  test_routing_validation();
   const bool launched = test_launch();
   if (failures) return 1;
   std::printf(launched ? "all MoE API checks passed\n"

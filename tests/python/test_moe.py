@@ -43,3 +43,11 @@ def test_out_of_range_rows_contribute_nothing():
 def test_argument_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_routing_cpu_call_is_the_reference():
+    got = fp8quant.moe_routing(TOPK, 4, align=4, max_m=3)
+    ref = R.moe_routing(TOPK, 4, align=4, max_m=3)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    with pytest.raises(TypeError, match=r"^topk_ids must be an int32 or int64 tensor \[T, k\]$"):
+        fp8quant.moe_routing(TOPK.float(), 4)

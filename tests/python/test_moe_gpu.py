@@ -72,3 +72,56 @@ def test_side_stream_graph_compile(gen):
     fn = torch.compile(lambda y, r, w: fp8quant.moe_combine(y * 2, r, w), fullgraph=True, dynamic=True)
     assert torch.equal(fn(y, routing.inv_perm, weights), R.moe_combine(y * 2, routing.inv_perm, weights))
     torch._dynamo.reset()
+
+
+# --- moe_routing -----------------------------------------------------------------------------------
+
+from fp8quant.moe import _routing as ROUTING, _routing_reference  # noqa: E402
+
+
+def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
+    if rows is None:
+        rows = R.moe_routing(ids, e, expert_offset=offset, align=align).m_indices.numel()
+    args = (ids, e, offset, align, rows, max_m)
+    check_op(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
+
+
+@pytest.mark.parametrize("e", [8, 256])
+@pytest.mark.parametrize("k", [1, 2, 8])
+@pytest.mark.parametrize("t", [0, 1, 7, 4096])
+def test_routing(t, k, e, gen):
+    ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    check_routing(ids, e, offset=e // 2, max_m=max(t * k, 1))  # half the ids belong to other ranks
+    check_routing(ids.long(), e, rows=t * k + e * 128 + 5)  # int64 ids, a loose bound: trailing rows
+
+
+def test_routing_experts_without_tokens_and_alignments(gen):
+    ids = torch.randint(0, 4, (300, 4), generator=gen, device="cuda", dtype=torch.int32)  # experts 4..255 get none
+    for align in (1, 3, 128, 256):
+        check_routing(ids, 256, align=align, max_m=300)
+
+
+def test_routing_public_call_and_bounds(gen):
+    ids = torch.randint(-1, 16, (500, 8), generator=gen, device="cuda", dtype=torch.int32)
+    got = fp8quant.moe_routing(ids, 16, max_m=500)
+    ref = R.moe_routing(ids, 16, max_m=500)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    with pytest.raises(ValueError) as kernel_error:
+        fp8quant.moe_routing(ids, 16, max_m_sum=100)
+    with pytest.raises(ValueError) as reference_error:
+        R.moe_routing(ids, 16, max_m_sum=100)
+    assert str(kernel_error.value) == str(reference_error.value)
+    with pytest.raises(ValueError, match=r"^max_m=10 is smaller than the \d+ slots of the busiest expert$"):
+        fp8quant.moe_routing(ids, 16, max_m=10)
+    r = fp8quant.moe_routing(ids, 16, max_m_sum=100, max_m=10, validate=False)  # never written past the bounds
+    assert r.m_indices.numel() == 100 and int(r.inv_perm.max()) < 100 and int(r.masked_row.max()) < 16 * 10
+
+
+def test_routing_in_a_graph(gen):
+    ids = torch.randint(-1, 16, (64, 8), generator=gen, device="cuda", dtype=torch.int32)
+    args = (ids, 16, 0, 128, 64 * 8 + 16 * 128, 64)
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(lambda out=None: ROUTING(*args, out=out),
+                        lambda: ids.copy_(torch.randint(-1, 16, ids.shape, generator=gen, device="cuda")),
+                        lambda: _routing_reference(*args), ROUTING.buffers(*args), variant="out")  # fmt: skip

@@ -7,8 +7,8 @@ access lands outside it:
 
 Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
 the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, requantization, and
-every scale transform (layouts, pack, unpack, SM100 weight scales, batched) and the MoE combine
-(dropped slots, unaligned H), with programmatic
+every scale transform (layouts, pack, unpack, SM100 weight scales, batched), the MoE combine
+(dropped slots, unaligned H) and routing (bounds too small included), with programmatic
 dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
@@ -78,6 +78,9 @@ def run_cases() -> tuple[int, int]:
     for t, k, h in ((1, 1, 8), (7, 2, 100), (300, 8, 7168)):
         failures += not check_combine(t, k, h, gen)
         cases += 1
+    for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60)):
+        failures += not check_routing(t, k, e, rows, max_m, gen)  # the last overflows both bounds
+        cases += 1
     torch.cuda.synchronize()
     return cases, failures
 
@@ -102,6 +105,17 @@ def check_combine(t: int, k: int, h: int, gen) -> bool:
     weights = torch.rand(t, k, device="cuda", generator=gen)
     got = fp8quant.moe_combine(y, routing.inv_perm, weights)
     return torch.equal(got, fp8quant.reference.moe_combine(y, routing.inv_perm, weights))
+
+
+def check_routing(t: int, k: int, e: int, rows: int, max_m: int, gen) -> bool:
+    """Routing against the reference; with bounds too small, that nothing is written past them."""
+    ids = torch.randint(-1, 2 * e, (t, k), device="cuda", generator=gen, dtype=torch.int32)
+    r = fp8quant.moe_routing(ids, e, expert_offset=e // 2, max_m_sum=rows, max_m=max_m or None, validate=False)
+    try:
+        ref = fp8quant.reference.moe_routing(ids, e, expert_offset=e // 2, max_m_sum=rows, max_m=max_m or None)
+    except ValueError:
+        return int(r.inv_perm.max(initial=-1)) < rows  # overflow: the kernels stayed in bounds
+    return all(torch.equal(a, b) for a, b in zip(r, ref) if a is not None)
 
 
 def check_transforms(shape, gen) -> bool:
