@@ -5,7 +5,7 @@
 #      wheel for this interpreter;
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
-#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 90 quantization, 14 weight, 5
+#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 150 group-quantization, 14 weight, 5
 #      scale-transform, 6 MoE-combine and 4 MoE-routing kernels each;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
@@ -65,9 +65,10 @@ for wheel in "$out"/wheelhouse/*.whl; do
   for arch in sm_90a sm_100; do
     grep -q "\.$arch\.cubin" <<<"$elfs" || { echo "FAIL: no $arch SASS in $(basename "$wheel")"; exit 1; }
     # One kernel per distinct instantiation: 3 dtypes x 3 group sizes x (row, column: ue8m0 x
-    # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels)
+    # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels), plus the MoE
+    # sources (SiLU-and-mul, gather) at group size 128 only: 2 x 3 dtypes x 5 x 2 = 60
     kernels=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_token_group_quant_kernel.*\.$arch\.")
-    [ "$kernels" -eq 90 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 90"; exit 1; }
+    [ "$kernels" -eq 150 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 150"; exit 1; }
     # per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned = 14
     blocks=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_block_quant_kernel.*\.$arch\.")
     [ "$blocks" -eq 14 ] || { echo "FAIL: $blocks per_block_quant kernels for $arch, expected 14"; exit 1; }

@@ -14,6 +14,7 @@
 #define FP8QUANT_MOE_H_
 
 #include "fp8quant/common.h"
+#include "fp8quant/quant.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,6 +93,31 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int in
                                                     int32_t* row_offsets, int32_t* m_indices, int32_t* row_token,
                                                     int32_t* inv_perm, int32_t* masked_row, int32_t* status,
                                                     cudaStream_t stream);
+
+/**
+ * @brief Fused SiLU-and-mul + group quantization: `y = silu(gate) * up` of `x [batch, m, 2n]`
+ *        (gate the first n elements of a row, up the last n), rounded to x's dtype, quantized
+ *        into `q [batch, m, n]` and `scale` exactly as fp8quant_per_token_group_quant() would
+ *        quantize `y` (docs/contract.md, "MoE").
+ *
+ * Padding rows (`m_indices[r] < 0` for the contiguous MoE layout, rows `r >= masked_m[b]` of the
+ * masked layout) are not read; their q bytes and scales are written as 0. Arguments and rules
+ * are those of fp8quant_per_token_group_quant() (k is n; x's rows hold 2n elements, and x's
+ * strides must also put the up half 16 bytes apart for the vectorized path), plus:
+ *
+ * @param m_indices   int32 `[m]`, or null: the contiguous layout's expert of each row (-1:
+ *                    padding). Only with `batch == 1`.
+ * @param masked_m    int32 `[batch]`, or null: rows in use per batch (the masked layout). Not
+ *                    with `m_indices`.
+ * @param group_size  128: the kernel is built for DeepGEMM's 1 x 128 groups.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
+                                                       int64_t m, int64_t n, int64_t x_batch_stride,
+                                                       int64_t x_row_stride, const int32_t* m_indices,
+                                                       const int32_t* masked_m, void* q, int64_t q_batch_stride,
+                                                       int64_t q_row_stride, void* scale,
+                                                       fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                                       int64_t group_size, float eps, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -146,6 +146,20 @@ void moe_routing_ptr(uintptr_t topk_ids, int index_bits, int64_t t, int64_t k, i
   if (st != FP8QUANT_SUCCESS) throw_status(st);
 }
 
+// Fused SiLU-and-mul + group quantization through device addresses (fp8quant_silu_mul_quant).
+void silu_mul_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t n, int64_t x_batch_stride,
+                        int64_t x_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                        uintptr_t m_indices, uintptr_t masked_m, uintptr_t scale, int layout, bool ue8m0,
+                        int64_t group_size, float eps, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_silu_mul_quant(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, n, x_batch_stride,
+      x_row_stride, reinterpret_cast<const int32_t*>(m_indices), reinterpret_cast<const int32_t*>(masked_m),
+      reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale),
+      static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0, group_size, eps,
+      reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -257,6 +271,11 @@ NB_MODULE(_C, mod) {
           nb::arg("counts"), nb::arg("row_offsets"), nb::arg("m_indices"), nb::arg("row_token"), nb::arg("inv_perm"),
           nb::arg("masked_row"), nb::arg("status"), nb::arg("stream"),
           "fp8quant_moe_routing on device addresses (int32 outputs; masked_row may be 0 when max_m is 0).");
+  mod.def("silu_mul_quant_ptr", &silu_mul_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
+          nb::arg("n"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("masked_m"), nb::arg("scale"), nb::arg("layout"),
+          nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_silu_mul_quant on device addresses (m_indices and masked_m may be 0).");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

@@ -1,18 +1,21 @@
 """Mixture-of-experts ops around the grouped GEMMs (docs/contract.md, "MoE"), declared once each
-(``fp8quant._ops.Op``) with their CUDA launch: the routing metadata and the combine step.
-Dispatch + quantize and SiLU-and-mul + quantize have references in :mod:`fp8quant.reference`
-and kernels to come."""
+(``fp8quant._ops.Op``) with their CUDA launch: the routing metadata, SiLU-and-mul + quantize and
+the combine step. Dispatch + quantize has its reference in :mod:`fp8quant.reference`; its kernel
+is built (the group quantizer's gather source) but not yet bound."""
 
 from __future__ import annotations
 
 import torch
 
 from . import reference
-from ._checks import INPUT_DTYPES
+from ._checks import FP8_DTYPE, INPUT_DTYPES, check_eps, resolve_ue8m0
 from ._ext import DTYPE_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
+from .layouts import scale_spec
 
-__all__ = ["moe_combine", "moe_routing"]
+__all__ = ["moe_combine", "moe_routing", "silu_mul_quant"]
+
+_LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 
 _ROWS_OVERFLOW, _MAX_M_OVERFLOW = 1, 2  # fp8quant_routing_status_t bits
 
@@ -199,3 +202,101 @@ def moe_combine(
             raise ValueError(f"{name} is on {t.device}, y on {y.device}: all tensors must be on one device")
     (result,) = _combine(y, rows, weights, out=None if out is None else (out,))
     return result
+
+
+# --- silu_mul_quant ------------------------------------------------------------------------------
+
+
+def _silu_geometry(
+    x: TensorMeta, m_indices: TensorMeta, masked_m: TensorMeta, group_size: int, scale_layout: str, ue8m0: bool,
+    eps: float,
+) -> tuple[Buffer, Buffer]:
+    """q [*, M, N] row-major; the scale layout's buffer for N / group_size groups."""
+    n = x.shape[-1] // 2
+    shape = (*x.shape[:-1], n)
+    spec = scale_spec(scale_layout, shape[-2], n // group_size, tuple(shape[:-2]))
+    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)
+    context = f"for scale_layout={scale_layout!r}"
+    return Buffer(FP8_DTYPE, shape), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)
+
+
+def _silu_launch(x, m_indices, masked_m, q, scale, group_size, scale_layout, ue8m0, eps) -> None:
+    """x's rows as [gate | up]: launch_rows sees x's geometry, with n = K / 2 passed apart."""
+    shape, xs, qs = x.shape, x.stride(), q.stride()
+    batch, x_batch, q_batch = (1, 0, 0) if len(shape) == 2 else (shape[0], xs[0], qs[0])
+    launch(
+        extension().silu_mul_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2],
+        shape[-1] // 2, x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2],
+        m_indices.data_ptr() if m_indices.numel() else 0, masked_m.data_ptr() if masked_m.numel() else 0,
+        scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
+    )  # fmt: skip
+
+
+def _silu_reference(x, m_indices, masked_m, group_size, scale_layout, ue8m0, eps):
+    return reference.silu_mul_quant(
+        x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps,
+        m_indices=m_indices if m_indices.numel() else None, masked_m=masked_m if masked_m.numel() else None,
+    )  # fmt: skip
+
+
+_silu = Op(
+    "silu_mul_quant",
+    inputs=("x", "m_indices", "masked_m"),
+    params="int group_size, str scale_layout, bool ue8m0, float eps",
+    outputs=("q", "scale"),
+    geometry=_silu_geometry,
+    launch=_silu_launch,
+    reference=_silu_reference,
+)
+
+
+def silu_mul_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    *,
+    scale_layout: str = "mn_tma",
+    ue8m0: bool | None = None,
+    eps: float = 1e-10,
+    m_indices: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``silu(gate) * up`` of ``x [M, 2N]`` (or ``[E, max_m, 2N]``), rounded to x's dtype and
+    quantized per group into ``q [*, M, N]`` and ``scale`` in ``scale_layout``, in one pass:
+    the bytes of ``per_token_group_quant(reference.silu_and_mul(x), ...)`` (docs/contract.md, "MoE").
+
+    Args:
+        x: bfloat16, float16 or float32, last dimension contiguous, gate in the first half of each row.
+        group_size: 128 on the GPU (DeepGEMM's groups); the CPU reference takes 32, 64 or 128.
+        m_indices: int32 ``[M]`` of the contiguous MoE layout: rows with -1 are padding.
+        masked_m: int32 ``[E]`` of the masked layout ``[E, max_m, 2N]``: rows past it are padding.
+        out: optional ``(q, scale)``, as for :func:`fp8quant.per_token_group_quant`.
+
+    Padding rows are not read; their q bytes and scales are 0.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() not in (2, 3) or x.shape[-1] % 2:
+        raise TypeError("x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)")
+    n = x.shape[-1] // 2
+    if n == 0 or n % group_size:
+        raise ValueError(f"x.shape[-1] / 2 (N={n}) must be a positive multiple of group_size ({group_size})")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    check_eps(eps)
+    ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
+    if m_indices is not None and masked_m is not None:
+        raise ValueError("give m_indices (contiguous layout) or masked_m (masked layout), not both")
+    empty = torch.empty(0, dtype=torch.int32, device=x.device)
+    for name, t, want in (("m_indices", m_indices, (x.shape[0],) if x.dim() == 2 else None),
+                          ("masked_m", masked_m, (x.shape[0],) if x.dim() == 3 else None)):  # fmt: skip
+        if t is None:
+            continue
+        if want is None:
+            raise ValueError(f"{name} does not apply to x of shape {tuple(x.shape)}")
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or tuple(t.shape) != want or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous int32 tensor of shape {want}")
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
+    return _silu(
+        x, empty if m_indices is None else m_indices, empty if masked_m is None else masked_m, group_size,
+        scale_layout, ue8m0, float(eps), out=out,
+    )  # fmt: skip

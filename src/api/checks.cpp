@@ -128,8 +128,14 @@ fp8quant_status_t check_eps(float eps) {
 
 fp8quant_status_t check_quantization_buffers(Operand& in, Operand& q, const void* scale, int64_t scale_bytes,
                                              int64_t batch, int64_t rows, int64_t cols) {
+  return check_quantization_buffers(in, batch, rows, cols, q, scale, scale_bytes, batch, rows, cols);
+}
+
+fp8quant_status_t check_quantization_buffers(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
+                                             Operand& q, const void* scale, int64_t scale_bytes, int64_t batch,
+                                             int64_t rows, int64_t cols) {
   FP8QUANT_RETURN_IF_ERROR(check_buffers(in, q.ptr, scale));
-  FP8QUANT_RETURN_IF_ERROR(check_input(in, batch, rows, cols));
+  FP8QUANT_RETURN_IF_ERROR(check_input(in, in_batch, in_rows, in_cols));
   FP8QUANT_RETURN_IF_ERROR(check_output(q, batch, rows, cols));
   FP8QUANT_RETURN_IF_ERROR(check_apart(q.name, q.ptr, q.bytes, in.name, in.ptr, in.bytes));
   FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, in.name, in.ptr, in.bytes));

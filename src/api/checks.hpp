@@ -57,4 +57,10 @@ fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t 
 fp8quant_status_t check_quantization_buffers(Operand& in, Operand& q, const void* scale, int64_t scale_bytes,
                                              int64_t batch, int64_t rows, int64_t cols);
 
+// The same for an input whose geometry differs from q's: `in` is [in_batch, in_rows, in_cols]
+// (two halves of a row, rows picked by a map, ...).
+fp8quant_status_t check_quantization_buffers(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
+                                             Operand& q, const void* scale, int64_t scale_bytes, int64_t batch,
+                                             int64_t rows, int64_t cols);
+
 }  // namespace fp8quant::api

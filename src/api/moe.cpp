@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/checks.hpp"
+#include "api/group_quant.hpp"
 #include "common/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/moe.h"
@@ -169,6 +170,50 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   problem.int64_ids = index_bits == 64;
   problem.pdl = fp8quant::pdl_enabled();
   return dispatch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
+}
+
+fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
+                                          int64_t n, int64_t x_batch_stride, int64_t x_row_stride,
+                                          const int32_t* m_indices, const int32_t* masked_m, void* q,
+                                          int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                          fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
+                                          float eps, cudaStream_t stream) {
+  using std::to_string;
+  // Values of this op; group_quant checks the rest
+  FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for silu_mul_quant, got " + to_string(group_size));
+  FP8QUANT_CHECK_ARG(n > 0 && n <= kMaxInt32 / 2, "n", "must be in [1, " + to_string(kMaxInt32 / 2) + "], got " + to_string(n));
+  FP8QUANT_CHECK_ARG(m_indices == nullptr || masked_m == nullptr, "masked_m",
+                     "give m_indices (contiguous layout) or masked_m (masked layout), not both");
+  FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(m_indices) % 4 == 0, "m_indices", "must be 4-byte aligned");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(masked_m) % 4 == 0, "masked_m", "must be 4-byte aligned");
+  if (batch > 0 && m > 0 && m <= kMaxInt32 && batch <= kMaxExperts) {
+    // The row maps are inputs: the outputs must not overlap them
+    const uint8_t* q_end = static_cast<const uint8_t*>(q) + n;
+    if (q_row_stride > 0 && q_batch_stride >= 0) q_end += (m - 1) * q_row_stride + (batch - 1) * q_batch_stride;
+    fp8quant_scale_shape_t shape{};
+    if (fp8quant_scale_shape(scale_layout, batch, m, n / 128, &shape) == FP8QUANT_SUCCESS) {
+      const int64_t q_bytes = q_end - static_cast<const uint8_t*>(q);
+      for (const Span& index : {Span{"m_indices", m_indices, m_indices ? m * 4 : 0},
+                                Span{"masked_m", masked_m, masked_m ? batch * 4 : 0}}) {
+        if (index.bytes == 0) continue;
+        FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, q_bytes, index.name, index.ptr, index.bytes));
+        FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, shape.numel * 4, index.name, index.ptr, index.bytes));
+      }
+    }
+  }
+
+  fp8quant::api::GroupSource source;
+  source.kind = fp8quant::QuantSource::kSiluMul;
+  source.in_batch = batch;
+  source.in_rows = m;
+  source.in_cols = 2 * n;
+  source.up_offset = n;
+  source.row_map = m_indices;
+  source.map_entries = m_indices != nullptr ? m : 0;
+  source.row_counts = masked_m;
+  return fp8quant::api::group_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
+                                    q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source, stream);
 }
 
 }  // extern "C"

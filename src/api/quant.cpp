@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/checks.hpp"
+#include "api/group_quant.hpp"
 #include "common/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/quant.h"
@@ -48,28 +49,12 @@ fp8quant_scale_shape_t scale_geometry(fp8quant_scale_layout_t layout, int64_t ba
 
 }  // namespace
 
-extern "C" {
+namespace fp8quant::api {
 
-fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
-                                       int64_t num_groups, fp8quant_scale_shape_t* shape) {
-  FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
-  FP8QUANT_CHECK_ARG(is_layout(layout), "layout", "unknown scale layout " + std::to_string(layout));
-  FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
-  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + std::to_string(m));
-  FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + std::to_string(num_groups));
-  constexpr int64_t kLimit = int64_t{1} << 56;
-  FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign) &&
-                         (batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch),
-                     "m", "the scales of this many rows and groups overflow 64-bit sizes");
-  *shape = scale_geometry(layout, batch, m, num_groups);
-  return FP8QUANT_SUCCESS;
-}
-
-fp8quant_status_t fp8quant_per_token_group_quant(
-    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
-    int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
-    int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-    int64_t group_size, float eps, cudaStream_t stream) {
+fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+                              int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                              int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+                              int64_t group_size, float eps, const GroupSource& source, cudaStream_t stream) {
   using std::to_string;
   const int64_t elem = dtype_size(x_dtype);
 
@@ -108,11 +93,14 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, qs, scale, scale_bytes, batch, m, k));
+  const bool rows = source.kind == fp8quant::QuantSource::kRows;
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, rows ? batch : source.in_batch, rows ? m : source.in_rows,
+                                                      rows ? k : source.in_cols, qs, scale, scale_bytes, batch, m,
+                                                      k));
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem;  // elements in 16 bytes
-  const bool x_strides16 = xs.row_stride % x_vec == 0 && xs.batch_stride % x_vec == 0;
+  const bool x_strides16 = xs.row_stride % x_vec == 0 && xs.batch_stride % x_vec == 0 && source.up_offset % x_vec == 0;
   const bool q_strides16 = qs.row_stride % 16 == 0 && qs.batch_stride % 16 == 0;
   fp8quant::QuantProblem problem{};
   problem.x = x;
@@ -137,6 +125,12 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   problem.ue8m0 = ue8m0 != 0;
   problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
   problem.pdl = fp8quant::pdl_enabled();
+  problem.source = source.kind;
+  problem.up_offset = source.up_offset;
+  problem.row_map = source.row_map;
+  problem.map_entries = source.map_entries;
+  problem.row_starts = source.row_starts;
+  problem.row_counts = source.row_counts;
 
   // Dispatch on the architecture
   fp8quant::DeviceInfo device{};
@@ -149,6 +143,34 @@ fp8quant_status_t fp8quant_per_token_group_quant(
   } else {  // 10: kernel_arch returns no other
     return fp8quant::sm100::per_token_group_quant(problem, stream);
   }
+}
+
+}  // namespace fp8quant::api
+
+extern "C" {
+
+fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
+                                       int64_t num_groups, fp8quant_scale_shape_t* shape) {
+  FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
+  FP8QUANT_CHECK_ARG(is_layout(layout), "layout", "unknown scale layout " + std::to_string(layout));
+  FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + std::to_string(m));
+  FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + std::to_string(num_groups));
+  constexpr int64_t kLimit = int64_t{1} << 56;
+  FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign) &&
+                         (batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch),
+                     "m", "the scales of this many rows and groups overflow 64-bit sizes");
+  *shape = scale_geometry(layout, batch, m, num_groups);
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t fp8quant_per_token_group_quant(
+    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+    int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+    int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+    int64_t group_size, float eps, cudaStream_t stream) {
+  return fp8quant::api::group_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride,
+                                    q_row_stride, scale, scale_layout, ue8m0, group_size, eps, {}, stream);
 }
 
 }  // extern "C"

@@ -102,3 +102,20 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
       FP8QUANT_DISPATCH_DEFAULT_("op", op)                                                    \
     }                                                                                         \
   }()
+
+// QuantProblem::source -> kSource
+#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                  \
+  [&]() -> fp8quant_status_t {                                                                \
+    switch (source) {                                                                         \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows,                                 \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kRows;        \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul,                              \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kSiluMul;     \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kGather,                               \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kGather;      \
+                              return __VA_ARGS__();)                                          \
+      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                            \
+    }                                                                                         \
+  }()

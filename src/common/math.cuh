@@ -138,6 +138,21 @@ __device__ __forceinline__ T from_float(float v) {
   }
 }
 
+// v rounded to nearest even in T and widened back.
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_float(from_float<T>(v));
+}
+
+// silu(g) * u as PyTorch evaluates F.silu(gate) * up on tensors of T (docs/contract.md, "MoE"):
+// g / (1 + exp(-g)) in float32 with the accurate expf and IEEE division, rounded to T; the
+// product in float32, rounded to T.
+template <typename T>
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  const float silu = round_to<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
+  return round_to<T>(__fmul_rn(silu, u));
+}
+
 // Two packed 16-bit elements (low element first) to floats.
 __device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));

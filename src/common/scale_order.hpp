@@ -19,6 +19,13 @@ constexpr ScaleOrder scale_order(fp8quant_scale_layout_t layout) {
                                                  : ScaleOrder::kColumn;
 }
 
+// Where the group quantizer's rows come from (src/kernels/per_token_group_quant.cuh).
+enum class QuantSource {
+  kRows,     // x's own rows
+  kSiluMul,  // silu(gate) * up of x's rows [gate | up], rounded to x's dtype (MoE)
+  kGather,   // rows of x picked by a row map (MoE dispatch)
+};
+
 // What a scale transform kernel does to each element (src/kernels/scale_transform.cuh).
 enum class ScaleTransform {
   kConvert,  // fp32 -> fp32

@@ -117,6 +117,30 @@ __device__ __forceinline__ void prefetch_slice(const T* src) {
   }
 }
 
+// silu(gate) * up of two slices, element by element, into `gate` (as T: the pipeline after the
+// load sees x's dtype).
+template <typename T>
+__device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& up) {
+  float g[kElemsPerThread], u[kElemsPerThread];
+  unpack_slice(gate, g);
+  unpack_slice(up, u);
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread; ++i) g[i] = math::silu_mul<T>(g[i], u[i]);
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) gate.w[i] = __float_as_uint(g[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread / 2; ++i) {
+      const T lo = math::from_float<T>(g[2 * i]), hi = math::from_float<T>(g[2 * i + 1]);
+      uint16_t lo_bits, hi_bits;
+      memcpy(&lo_bits, &lo, 2);
+      memcpy(&hi_bits, &hi, 2);
+      gate.w[i] = lo_bits | (static_cast<uint32_t>(hi_bits) << 16);
+    }
+  }
+}
+
 // Max over the kThreads lanes of a team (teams are aligned runs of lanes).
 template <int kThreads>
 __device__ __forceinline__ float team_max(float v) {
@@ -127,7 +151,8 @@ __device__ __forceinline__ float team_max(float v) {
   return v;
 }
 
-template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned>
+template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned,
+          QuantSource kSource = QuantSource::kRows>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
@@ -144,7 +169,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   const GroupPos pos = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
-  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
+  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;  // kGather: later
   uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
   const int32_t col = kPacked ? pos.g / 4 : pos.g;
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
@@ -155,16 +180,43 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
   const uint64_t block = uint64_t{blockIdx.y} * gridDim.x + blockIdx.x;  // batches x blocks can pass 2^32
-  if (pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) prefetch_slice<T, kAligned>(src);
+  if (kSource != QuantSource::kGather && pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
+    prefetch_slice<T, kAligned>(src);
+    if constexpr (kSource == QuantSource::kSiluMul) prefetch_slice<T, kAligned>(src + p.up_offset);
+  }
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
+  // Map the row: padding rows of the MoE layouts load nothing and store zeros
+  bool live = pos.valid;
+  if constexpr (kSource != QuantSource::kRows) {
+    if (live) {
+      int64_t entry = pos.m;
+      if (p.row_counts != nullptr) {
+        live = pos.m < __ldg(p.row_counts + b);
+        if (p.row_starts != nullptr) entry += __ldg(p.row_starts + b);
+      }
+      if (live && p.row_map != nullptr) {
+        const int32_t mapped = entry < p.map_entries ? __ldg(p.row_map + entry) : -1;
+        live = mapped >= 0;
+        if constexpr (kSource == QuantSource::kGather) {
+          src = static_cast<const T*>(p.x) + int64_t{mapped} * p.x_row_stride + k_offset;
+        }
+      }
+    }
+  }
+
   // Load
   Slice<T> slice;
-  if (pos.valid) {
+  if (live) {
     load_slice<T, kAligned>(src, slice);
+    if constexpr (kSource == QuantSource::kSiluMul) {
+      Slice<T> up;
+      load_slice<T, kAligned>(src + p.up_offset, up);
+      silu_mul_slice(slice, up);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
@@ -218,12 +270,12 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Store scales
   if constexpr (kPacked) {
-    uint32_t word = pos.valid ? e << (8 * (pos.g % 4)) : 0u;
+    uint32_t word = live ? e << (8 * (pos.g % 4)) : 0u;
     word |= __shfl_xor_sync(kFullMask, word, kTeam);
     word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
     if (pos.in_range && sub == 0 && pos.g % 4 == 0) *scale_dst = word;
   } else {
-    if (pos.in_range && sub == 0) *scale_dst = pos.valid ? s : 0.0f;
+    if (pos.in_range && sub == 0) *scale_dst = live ? s : 0.0f;
   }
 }
 
@@ -257,30 +309,45 @@ int block_threads(const QuantProblem& p) {
   return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
 }
 
-// Launch the kernel instantiated for `problem` on `stream`.
+// Launch the kernel of one instantiation (every template value fixed) on `stream`.
+template <class Arch, typename T, int kGroupSize, QuantSource kSource>
+fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stream) {
+  return FP8QUANT_DISPATCH_SCALE_ORDER(problem.layout, kOrder, [&] {
+    return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
+      return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+        if constexpr (kOrder == ScaleOrder::kPacked && !kUE8M0) {
+          return no_kernel_for("ue8m0", 0);  // packed scales are UE8M0: the C API refuses this
+        } else {
+          constexpr int kTeam = kGroupSize / kElemsPerThread;
+          constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
+          problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
+          const int threads = block_threads<Arch, kTeam>(problem);
+          const int teams_per_block = threads / kTeam;
+          const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
+          return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),
+                            "kernel launch");
+        }
+      });
+    });
+  });
+}
+
+// Launch the kernel instantiated for `problem` on `stream`. The MoE sources are built for
+// groups of 128 only (DeepGEMM's grouped GEMMs read 1 x 128 scales), keeping the library's
+// kernel count in check.
 template <class Arch>
 fp8quant_status_t launch_per_token_group_quant(const QuantProblem& problem_in, cudaStream_t stream) {
   QuantProblem problem = problem_in;
-  return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
-    return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
-      return FP8QUANT_DISPATCH_SCALE_ORDER(problem.layout, kOrder, [&] {
-        return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
-          return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
-            if constexpr (kOrder == ScaleOrder::kPacked && !kUE8M0) {
-              return no_kernel_for("ue8m0", 0);  // packed scales are UE8M0: the C API refuses this
-            } else {
-              constexpr int kTeam = kGroupSize / kElemsPerThread;
-              constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned>;
-              problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
-              const int threads = block_threads<Arch, kTeam>(problem);
-              const int teams_per_block = threads / kTeam;
-              const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
-              return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),
-                                "kernel launch");
-            }
-          });
+  return FP8QUANT_DISPATCH_QUANT_SOURCE(problem.source, kSource, [&] {
+    return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
+      if constexpr (kSource == QuantSource::kRows) {
+        return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
+          return launch_group_quant_as<Arch, T, kGroupSize, kSource>(problem, stream);
         });
-      });
+      } else {
+        if (problem.group_size != 128) return no_kernel_for("group_size", problem.group_size);
+        return launch_group_quant_as<Arch, T, 128, kSource>(problem, stream);
+      }
     });
   });
 }

@@ -35,6 +35,16 @@ struct QuantProblem {
   bool ue8m0;
   bool aligned;  // x and q pointers and strides allow 16-byte accesses
   bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
+
+  // MoE sources (docs/contract.md, "MoE"); zero for QuantSource::kRows. A destination row m of
+  // batch b is live when m < row_counts[b] (if given) and row_map[row_starts[b] + m] >= 0 (if
+  // given; row_starts 0 when absent); other rows are padding: q and scales 0.
+  QuantSource source;
+  int64_t up_offset;          // kSiluMul: elements from a row's gate half to its up half
+  const int32_t* row_map;     // kGather: source row of x (row_token); kSiluMul: m_indices, or null
+  int64_t map_entries;        // entries of row_map: an entry past them makes its row padding
+  const int32_t* row_starts;  // masked layouts: first row_map entry of each batch, or null
+  const int32_t* row_counts;  // masked layouts: live rows of each batch, or null
 };
 
 // Rows of scales one warp's teams share: column-ordered scales (mn, mn_tma) order teams in tiles

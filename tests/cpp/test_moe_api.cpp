@@ -118,6 +118,31 @@ void test_routing_validation() {
   r = Routing(), r.status = r.inv_perm + 799, expect_invalid(r, "status", "overlaps inv_perm");
 }
 
+void test_silu_validation() {
+  const void* x = kY;
+  void* q = kOut;
+  void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
+  const auto run = [&](int64_t group_size, const int32_t* m_indices, const int32_t* masked_m, int64_t batch) {
+    return fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, batch, 100, 512, 100 * 1024, 1024, m_indices,
+                                   masked_m, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0, group_size, 1e-10f,
+                                   nullptr);
+  };
+  int count = 0;
+  const bool gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  if (!gpu) EXPECT(run(128, nullptr, nullptr, 1) == FP8QUANT_ERROR_NO_DEVICE);
+  const auto invalid = [&](fp8quant_status_t st, const char* arg) {
+    const std::string msg = fp8quant_last_error();
+    if (st != FP8QUANT_ERROR_INVALID_ARGUMENT || msg.rfind(std::string(arg) + ":", 0) != 0) {
+      std::fprintf(stderr, "silu: expected INVALID_ARGUMENT naming '%s', got '%s'\n", arg, msg.c_str());
+      ++failures;
+    }
+  };
+  invalid(run(64, nullptr, nullptr, 1), "group_size");
+  invalid(run(128, kRows, kRows, 1), "masked_m");
+  invalid(run(128, kRows, nullptr, 2), "m_indices");
+  invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, 1), "q");  // overlaps q
+}
+
 uint16_t bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
@@ -162,6 +187,7 @@ bool test_launch() {
 int main() {
   test_validation();
   test_routing_validation();
+  test_silu_validation();
   const bool launched = test_launch();
   if (failures) return 1;
   std::printf(launched ? "all MoE API checks passed\n"

@@ -51,3 +51,30 @@ def test_routing_cpu_call_is_the_reference():
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
     with pytest.raises(TypeError, match=r"^topk_ids must be an int32 or int64 tensor \[T, k\]$"):
         fp8quant.moe_routing(TOPK.float(), 4)
+
+
+def test_silu_mul_quant_cpu_call_is_the_reference():
+    x = torch.randn(6, 512, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    m_indices = torch.tensor([0, -1, 1, 1, -1, 2], dtype=torch.int32)
+    for layout in ("row", "mn_tma", "packed_ue8m0"):
+        q, s = fp8quant.silu_mul_quant(x, scale_layout=layout, m_indices=m_indices)
+        rq, rs = R.silu_mul_quant(x, scale_layout=layout, m_indices=m_indices)
+        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    assert s.stride() == (1, 8)  # packed_ue8m0 of 6 rows: TMA-aligned
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"x": torch.ones(4, 511)}, TypeError, r"even last dimension"),
+        ({"x": torch.ones(4, 200)}, ValueError, r"^x.shape\[-1\] / 2 \(N=100\) must be a positive multiple of group_size"),
+        ({"m_indices": torch.zeros(4, dtype=torch.int64)}, ValueError, r"^m_indices must be a contiguous int32 tensor of shape \(4,\)$"),
+        ({"masked_m": torch.zeros(4, dtype=torch.int32)}, ValueError, r"^masked_m does not apply to x of shape \(4, 512\)$"),
+        ({"m_indices": torch.zeros(4, dtype=torch.int32), "masked_m": torch.zeros(1, dtype=torch.int32)}, ValueError, r"not both"),
+        ({"scale_layout": "packed_ue8m0", "ue8m0": False}, ValueError, r"contradicts"),
+    ],
+)  # fmt: skip
+def test_silu_mul_quant_errors(kwargs, error, match):
+    kwargs = {"x": torch.ones(4, 512), **kwargs}
+    with pytest.raises(error, match=match):
+        fp8quant.silu_mul_quant(**kwargs)

@@ -125,3 +125,71 @@ def test_routing_in_a_graph(gen):
             check_graph(lambda out=None: ROUTING(*args, out=out),
                         lambda: ids.copy_(torch.randint(-1, 16, ids.shape, generator=gen, device="cuda")),
                         lambda: _routing_reference(*args), ROUTING.buffers(*args), variant="out")  # fmt: skip
+
+
+# --- silu_mul_quant --------------------------------------------------------------------------------
+
+from fp8quant.moe import _silu as SILU  # noqa: E402
+
+FORMATS = [("row", False), ("mn", True), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)]
+
+
+def check_silu(x, layout, ue8m0, *, m_indices=None, masked_m=None, out_kwargs=None):
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    mi = empty if m_indices is None else m_indices
+    mm = empty if masked_m is None else masked_m
+    refs = R.silu_mul_quant(x, 128, scale_layout=layout, ue8m0=ue8m0, m_indices=m_indices, masked_m=masked_m)
+    check_op(
+        lambda out=None: fp8quant.silu_mul_quant(x, scale_layout=layout, ue8m0=ue8m0, m_indices=m_indices,
+                                                 masked_m=masked_m, out=out),
+        refs, SILU.buffers(x, mi, mm, 128, layout, ue8m0, 1e-10), out_kwargs=out_kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
+@pytest.mark.parametrize("m", [1, 3, 5, 127, 4097])
+def test_silu_mul_quant_plain(m, layout, ue8m0, gen):
+    for n in (384, 2048) if m < 4097 else (2048,):  # G odd and even
+        x = torch.randn(m, 2 * n, generator=gen, device="cuda").mul_(4).to(torch.bfloat16)
+        check_silu(x, layout, ue8m0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_silu_mul_quant_dtypes(dtype, gen):
+    x = torch.randn(130, 2 * 640, generator=gen, device="cuda").mul_(8).to(dtype)
+    check_silu(x, "mn_tma", False)
+    check_silu(x, "packed_ue8m0", True)
+
+
+@pytest.mark.parametrize("layout,ue8m0", FORMATS[2:], ids=["mn_tma", "mn_tma+ue8m0", "packed_ue8m0"])
+def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
+    ids = torch.randint(-1, 8, (200, 2), generator=gen, device="cuda", dtype=torch.int32)
+    routing = R.moe_routing(ids, 8, align=128)
+    x = torch.randn(routing.m_indices.numel(), 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
+    x[routing.m_indices < 0] = float("nan")  # padding rows must not be read
+    check_silu(x, layout, ue8m0, m_indices=routing.m_indices)
+    xm = torch.randn(8, 96, 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
+    masked_m = torch.randint(0, 97, (8,), generator=gen, device="cuda", dtype=torch.int32)
+    masked_m[0] = 0  # an expert without tokens
+    xm[torch.arange(96, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+    check_silu(xm, layout, ue8m0, masked_m=masked_m)
+
+
+def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
+    wide = torch.randn(77, 2 * 384 + 8, generator=gen, device="cuda").to(torch.bfloat16)
+    check_silu(wide[:, 1 : 1 + 2 * 384], "mn_tma", False)  # misaligned rows: the element-wise path
+    x = torch.randn(300, 2 * 1024, generator=gen, device="cuda").to(torch.bfloat16)
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    buffers = SILU.buffers(x, empty, empty, 128, "packed_ue8m0", True, 1e-10)
+    call = lambda out=None: fp8quant.silu_mul_quant(x, scale_layout="packed_ue8m0", out=out)  # noqa: E731
+    check_side_stream(call, R.silu_mul_quant(x, scale_layout="packed_ue8m0"), buffers)
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(call, lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
+                        lambda: R.silu_mul_quant(x, scale_layout="packed_ue8m0"), buffers, variant="out")  # fmt: skip
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: fp8quant.silu_mul_quant(x * 2), fullgraph=True, dynamic=True)
+    q, s = fn(x)
+    rq, rs = R.silu_mul_quant(x * 2)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    torch._dynamo.reset()

@@ -78,6 +78,9 @@ def run_cases() -> tuple[int, int]:
     for t, k, h in ((1, 1, 8), (7, 2, 100), (300, 8, 7168)):
         failures += not check_combine(t, k, h, gen)
         cases += 1
+    for shape, layout in (((3, 2 * 384), "mn_tma"), ((129, 2 * 512), "packed_ue8m0"), ((4, 33, 2 * 256), "row")):
+        failures += not check_silu(shape, layout, gen)
+        cases += 1
     for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60)):
         failures += not check_routing(t, k, e, rows, max_m, gen)  # the last overflows both bounds
         cases += 1
@@ -116,6 +119,20 @@ def check_routing(t: int, k: int, e: int, rows: int, max_m: int, gen) -> bool:
     except ValueError:
         return int(r.inv_perm.max(initial=-1)) < rows  # overflow: the kernels stayed in bounds
     return all(torch.equal(a, b) for a, b in zip(r, ref) if a is not None)
+
+
+def check_silu(shape, layout: str, gen) -> bool:
+    """SiLU-and-mul + quantize, with padding rows (m_indices or masked_m) holding NaN."""
+    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    kwargs = {}
+    if x.dim() == 2:
+        kwargs["m_indices"] = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
+        x[kwargs["m_indices"] < 0] = float("nan")
+    else:
+        kwargs["masked_m"] = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]
+    q, s = fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs)
+    rq, rs = fp8quant.reference.silu_mul_quant(x, scale_layout=layout, **kwargs)
+    return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
 
 
 def check_transforms(shape, gen) -> bool:

@@ -1,0 +1,33 @@
+// The group quantizer's C API body, shared by the ops built on its kernel: validation, geometry
+// and launch of a quantization into q [batch, m, k] and a scale layout, reading x's own rows
+// (per_token_group_quant) or an MoE source (silu_mul_quant, moe_dispatch_quant).
+#pragma once
+
+#include <cstdint>
+
+#include "fp8quant/quant.h"
+#include "kernels/per_token_group_quant.hpp"
+
+namespace fp8quant::api {
+
+// Where the rows come from; the default is x's own rows. `in_*` is x's geometry for the buffer
+// checks (two halves per row for kSiluMul, the source rows for kGather); the map fields are
+// QuantProblem's (validated by the caller).
+struct GroupSource {
+  QuantSource kind = QuantSource::kRows;
+  int64_t in_batch = 0;
+  int64_t in_rows = 0;
+  int64_t in_cols = 0;
+  int64_t up_offset = 0;
+  const int32_t* row_map = nullptr;
+  int64_t map_entries = 0;
+  const int32_t* row_starts = nullptr;
+  const int32_t* row_counts = nullptr;
+};
+
+fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+                              int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                              int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+                              int64_t group_size, float eps, const GroupSource& source, cudaStream_t stream);
+
+}  // namespace fp8quant::api
