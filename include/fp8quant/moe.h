@@ -119,6 +119,36 @@ FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_d
                                                        fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float eps, cudaStream_t stream);
 
+/**
+ * @brief Fused MoE dispatch + group quantization: tokens `x [tokens, h]` permuted into an
+ *        expert-grouped layout by the routing metadata of fp8quant_moe_routing() and quantized
+ *        per group as fp8quant_per_token_group_quant() does, reading each token once per
+ *        destination row (docs/contract.md, "MoE").
+ *
+ * Contiguous layout (`row_offsets` and `counts` null): `q [rows, h]`, row r holding token
+ * `row_token[r]`. Masked layout: `q [experts, max_m, h]`, row `i` of expert e holding token
+ * `row_token[row_offsets[e] + i]` for `i < counts[e]`, scales batched per expert. Rows without a
+ * token (padding, a map entry of -1 or past `tokens`) are written as 0, q bytes and scales.
+ * Arguments and rules are those of fp8quant_per_token_group_quant() for `q` and `scale`, plus:
+ *
+ * @param x             Tokens `[tokens, h]`, last dimension contiguous.
+ * @param tokens        Rows of `x`, >= 1 (without tokens every row is padding: zero-fill instead).
+ * @param h             Elements per row, a positive multiple of 128.
+ * @param x_row_stride  Elements between rows of `x`.
+ * @param row_token     int32 `[rows]`: source token of each contiguous row, -1 on padding rows.
+ * @param rows          Entries of `row_token` (the contiguous layout's rows).
+ * @param row_offsets   int32 `[experts + 1]`, or null for the contiguous layout.
+ * @param counts        int32 `[experts]`, or null for the contiguous layout.
+ * @param experts       Experts of the masked layout (its batch); ignored for the contiguous one.
+ * @param max_m         Rows per expert of the masked layout; ignored for the contiguous one.
+ * @param group_size    128.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(
+    const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride, const int32_t* row_token,
+    int64_t rows, const int32_t* row_offsets, const int32_t* counts, int64_t experts, int64_t max_m, void* q,
+    int64_t q_batch_stride, int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+    int64_t group_size, float eps, cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -160,6 +160,20 @@ void silu_mul_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int6
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// Fused MoE dispatch + group quantization through device addresses (fp8quant_moe_dispatch_quant).
+void moe_dispatch_quant_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride,
+                            uintptr_t row_token, int64_t rows, uintptr_t row_offsets, uintptr_t counts,
+                            int64_t experts, int64_t max_m, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                            uintptr_t scale, int layout, bool ue8m0, int64_t group_size, float eps, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
+  const fp8quant_status_t status = fp8quant_moe_dispatch_quant(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), tokens, h, x_row_stride,
+      i32(row_token), rows, i32(row_offsets), i32(counts), experts, max_m, reinterpret_cast<void*>(q),
+      q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_scale_layout_t>(layout),
+      ue8m0 ? 1 : 0, group_size, eps, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -276,6 +290,12 @@ NB_MODULE(_C, mod) {
           nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("masked_m"), nb::arg("scale"), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
           "fp8quant_silu_mul_quant on device addresses (m_indices and masked_m may be 0).");
+  mod.def("moe_dispatch_quant_ptr", &moe_dispatch_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("tokens"),
+          nb::arg("h"), nb::arg("x_row_stride"), nb::arg("row_token"), nb::arg("rows"), nb::arg("row_offsets"),
+          nb::arg("counts"), nb::arg("experts"), nb::arg("max_m"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"), nb::arg("group_size"),
+          nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_moe_dispatch_quant on device addresses (row_offsets and counts 0 for the contiguous layout).");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

@@ -15,7 +15,7 @@ from ._ext import pdl_enabled, set_pdl
 from ._install import cmake_dir, cuda_version, include_dir, library_path
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
-from .moe import moe_combine, moe_routing, silu_mul_quant
+from .moe import moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .weights import per_block_quant, requantize_ue8m0
 from .gemm import (
@@ -49,6 +49,7 @@ __all__ = [
     "include_dir",
     "library_path",
     "moe_combine",
+    "moe_dispatch_quant",
     "moe_routing",
     "linear",
     "pack_ue8m0",

@@ -497,8 +497,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--moe",
         action="store_true",
-        help="instead: the MoE combine (T from --m, default 4096; H from --k; k = 8 of 256 experts) against the "
-        "copy bandwidth and the PyTorch op chain it replaces (GPU only)",
+        help="instead: the MoE ops (dispatch + quantize, SiLU-and-mul + quantize, combine; T from --m, default "
+        "4096; H from --k; k = 8 of 256 experts) against the copy bandwidth and the op chains they replace (GPU only)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")

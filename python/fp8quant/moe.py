@@ -1,7 +1,6 @@
 """Mixture-of-experts ops around the grouped GEMMs (docs/contract.md, "MoE"), declared once each
-(``fp8quant._ops.Op``) with their CUDA launch: the routing metadata, SiLU-and-mul + quantize and
-the combine step. Dispatch + quantize has its reference in :mod:`fp8quant.reference`; its kernel
-is built (the group quantizer's gather source) but not yet bound."""
+(``fp8quant._ops.Op``) with their CUDA launch: the routing metadata, SiLU-and-mul + quantize,
+dispatch + quantize, and the combine step."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from ._ext import DTYPE_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_spec
 
-__all__ = ["moe_combine", "moe_routing", "silu_mul_quant"]
+__all__ = ["moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
 
 _LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 
@@ -298,5 +297,116 @@ def silu_mul_quant(
             raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
     return _silu(
         x, empty if m_indices is None else m_indices, empty if masked_m is None else masked_m, group_size,
+        scale_layout, ue8m0, float(eps), out=out,
+    )  # fmt: skip
+
+
+# --- moe_dispatch_quant --------------------------------------------------------------------------
+
+
+def _dispatch_geometry(
+    x: TensorMeta, row_token: TensorMeta, row_offsets: TensorMeta, counts: TensorMeta, max_m: int, group_size: int,
+    scale_layout: str, ue8m0: bool, eps: float,
+) -> tuple[Buffer, Buffer]:
+    """q [rows, H] (contiguous, max_m == 0) or [E, max_m, H] (masked); the scale layout's buffer."""
+    h = x.shape[-1]
+    shape = (row_token.shape[0], h) if max_m == 0 else (counts.shape[0], max_m, h)
+    spec = scale_spec(scale_layout, shape[-2], h // group_size, tuple(shape[:-2]))
+    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)
+    context = f"for scale_layout={scale_layout!r}"
+    return Buffer(FP8_DTYPE, shape), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)
+
+
+def _dispatch_launch(x, row_token, row_offsets, counts, q, scale, max_m, group_size, scale_layout, ue8m0, eps) -> None:
+    if x.shape[0] == 0:  # no tokens: every row is padding
+        q.view(torch.uint8).zero_()
+        scale.as_strided((scale.untyped_storage().nbytes() // 4 - scale.storage_offset(),), (1,)).zero_()
+        return
+    qs = q.stride()
+    masked = max_m > 0
+    launch(
+        extension().moe_dispatch_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0],
+        x.shape[1], x.stride(0), row_token.data_ptr(), row_token.shape[0],
+        row_offsets.data_ptr() if masked else 0, counts.data_ptr() if masked else 0, counts.shape[0], max_m,
+        q.data_ptr(), qs[0] if masked else 0, qs[-2], scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0,
+        group_size, eps,
+    )  # fmt: skip
+
+
+def _dispatch_reference(x, row_token, row_offsets, counts, max_m, group_size, scale_layout, ue8m0, eps):
+    """The rows each layout holds, from the routing tensors alone, then the reference quantizer."""
+    if max_m == 0:
+        tokens = row_token.long()
+    else:
+        rank = torch.arange(max_m, device=x.device)
+        entry = (row_offsets[:-1].long().unsqueeze(1) + rank).clamp(max=max(row_token.numel() - 1, 0))
+        live = rank < counts.long().unsqueeze(1)
+        tokens = torch.where(live, row_token.long()[entry] if row_token.numel() else -1, -1)
+    live = (tokens >= 0) & (tokens < x.shape[0])
+    rows = torch.zeros((*tokens.shape, x.shape[1]), dtype=x.dtype, device=x.device)
+    rows[live] = x[tokens[live]]
+    q, scale = reference.per_token_group_quant(rows, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
+    scale[~live] = 0
+    return q, scale
+
+
+_dispatch = Op(
+    "moe_dispatch_quant",
+    inputs=("x", "row_token", "row_offsets", "counts"),
+    params="int max_m, int group_size, str scale_layout, bool ue8m0, float eps",
+    outputs=("q", "scale"),
+    geometry=_dispatch_geometry,
+    launch=_dispatch_launch,
+    reference=_dispatch_reference,
+)
+
+
+def moe_dispatch_quant(
+    x: torch.Tensor,
+    routing: reference.MoeRouting,
+    group_size: int = 128,
+    *,
+    layout: str = "contiguous",
+    max_m: int | None = None,
+    scale_layout: str = "mn_tma",
+    ue8m0: bool | None = None,
+    eps: float = 1e-10,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``x [T, H]`` permuted into an expert-grouped layout and quantized per group in one
+    pass (each token read once per destination row): the bytes of
+    :func:`fp8quant.reference.moe_dispatch_quant` (docs/contract.md, "MoE").
+
+    Args:
+        x: bfloat16, float16 or float32 ``[T, H]``, last dimension contiguous, H a multiple of 128.
+        routing: :func:`fp8quant.moe_routing`'s result for these tokens.
+        layout: ``"contiguous"`` (q ``[rows, H]``, rows as ``routing.m_indices``) or ``"masked"``
+            (q ``[E, max_m, H]``, scales batched per expert).
+        max_m: rows per expert of the masked layout.
+        group_size: 128 on the GPU; the CPU reference takes 32, 64 or 128.
+        out: optional ``(q, scale)``, as for :func:`fp8quant.per_token_group_quant`.
+
+    Padding rows (no token) are zero, q bytes and scales.
+    """
+    if layout not in ("contiguous", "masked"):
+        raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() != 2:
+        raise TypeError("x must be a bfloat16, float16 or float32 tensor [T, H]")
+    if x.shape[1] == 0 or x.shape[1] % group_size:
+        raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a positive multiple of group_size ({group_size})")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    if not isinstance(routing, reference.MoeRouting):
+        raise TypeError("routing must be fp8quant.moe_routing's result (a MoeRouting)")
+    if layout == "masked" and (isinstance(max_m, bool) or not isinstance(max_m, int) or max_m < 1):
+        raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
+    check_eps(eps)
+    ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
+    for name in ("row_token", "row_offsets", "counts"):
+        t = getattr(routing, name)
+        if t.dtype != torch.int32 or not t.is_contiguous() or t.device != x.device:
+            raise ValueError(f"routing.{name} must be a contiguous int32 tensor on {x.device}")
+    return _dispatch(
+        x, routing.row_token, routing.row_offsets, routing.counts, max_m if layout == "masked" else 0, group_size,
         scale_layout, ue8m0, float(eps), out=out,
     )  # fmt: skip

@@ -23,6 +23,7 @@ struct GroupSource {
   int64_t map_entries = 0;
   const int32_t* row_starts = nullptr;
   const int32_t* row_counts = nullptr;
+  int64_t gather_rows = 0;
 };
 
 fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,

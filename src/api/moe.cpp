@@ -216,4 +216,63 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
                                     q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source, stream);
 }
 
+fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h,
+                                              int64_t x_row_stride, const int32_t* row_token, int64_t rows,
+                                              const int32_t* row_offsets, const int32_t* counts, int64_t experts,
+                                              int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                              void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                              int64_t group_size, float eps, cudaStream_t stream) {
+  using std::to_string;
+  // Values of this op; group_quant checks the rest
+  const bool masked = row_offsets != nullptr || counts != nullptr;
+  FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
+  FP8QUANT_CHECK_ARG(tokens >= 1 && tokens <= kMaxInt32, "tokens",
+                     "must be in [1, " + to_string(kMaxInt32) + "] (without tokens every row is padding), got " +
+                         to_string(tokens));
+  FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
+  FP8QUANT_CHECK_ARG(!masked || (row_offsets != nullptr && counts != nullptr), masked && counts == nullptr ? "counts" : "row_offsets",
+                     "the masked layout needs both row_offsets and counts");
+  if (masked) {
+    FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
+                       "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
+    FP8QUANT_CHECK_ARG(max_m >= 0 && max_m <= kMaxInt32, "max_m", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(max_m));
+  }
+  const int64_t batch = masked ? experts : 1, m = masked ? max_m : rows;
+  for (const Span& index : {Span{"row_token", row_token, rows * 4}, Span{"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0},
+                            Span{"counts", counts, masked ? experts * 4 : 0}}) {
+    if (index.bytes == 0) continue;
+    FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
+                       "must be a non-null, 4-byte aligned int32 pointer");
+  }
+  if (m > 0 && m <= kMaxInt32 && h > 0 && h % 128 == 0) {
+    // The maps are inputs: the outputs must not overlap them
+    const uint8_t* q_end = static_cast<const uint8_t*>(q) + h;
+    if (q_row_stride > 0 && q_batch_stride >= 0) q_end += (m - 1) * q_row_stride + (batch - 1) * q_batch_stride;
+    fp8quant_scale_shape_t shape{};
+    if (fp8quant_scale_shape(scale_layout, batch, m, h / 128, &shape) == FP8QUANT_SUCCESS) {
+      const int64_t q_bytes = q_end - static_cast<const uint8_t*>(q);
+      for (const Span& index : {Span{"row_token", row_token, rows * 4},
+                                Span{"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0},
+                                Span{"counts", counts, masked ? experts * 4 : 0}}) {
+        if (index.bytes == 0) continue;
+        FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, q_bytes, index.name, index.ptr, index.bytes));
+        FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, shape.numel * 4, index.name, index.ptr, index.bytes));
+      }
+    }
+  }
+
+  fp8quant::api::GroupSource source;
+  source.kind = fp8quant::QuantSource::kGather;
+  source.in_batch = 1;
+  source.in_rows = tokens;
+  source.in_cols = h;
+  source.row_map = row_token;
+  source.map_entries = rows;
+  source.row_starts = masked ? row_offsets : nullptr;
+  source.row_counts = masked ? counts : nullptr;
+  source.gather_rows = tokens;
+  return fp8quant::api::group_quant(x, x_dtype, batch, m, h, 0, x_row_stride, q, q_batch_stride, q_row_stride, scale,
+                                    scale_layout, ue8m0, group_size, eps, source, stream);
+}
+
 }  // extern "C"

@@ -131,6 +131,7 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.map_entries = source.map_entries;
   problem.row_starts = source.row_starts;
   problem.row_counts = source.row_counts;
+  problem.gather_rows = source.gather_rows;
 
   // Dispatch on the architecture
   fp8quant::DeviceInfo device{};

@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       }
       if (live && p.row_map != nullptr) {
         const int32_t mapped = entry < p.map_entries ? __ldg(p.row_map + entry) : -1;
-        live = mapped >= 0;
+        live = mapped >= 0 && (kSource != QuantSource::kGather || mapped < p.gather_rows);
         if constexpr (kSource == QuantSource::kGather) {
           src = static_cast<const T*>(p.x) + int64_t{mapped} * p.x_row_stride + k_offset;
         }

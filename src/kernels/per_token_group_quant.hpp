@@ -45,6 +45,7 @@ struct QuantProblem {
   int64_t map_entries;        // entries of row_map: an entry past them makes its row padding
   const int32_t* row_starts;  // masked layouts: first row_map entry of each batch, or null
   const int32_t* row_counts;  // masked layouts: live rows of each batch, or null
+  int64_t gather_rows;        // kGather: rows of x; a row_map value past them makes its row padding
 };
 
 // Rows of scales one warp's teams share: column-ordered scales (mn, mn_tma) order teams in tiles

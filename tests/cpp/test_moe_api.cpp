@@ -143,6 +143,35 @@ void test_silu_validation() {
   invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, 1), "q");  // overlaps q
 }
 
+void test_dispatch_validation() {
+  void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
+  const int32_t* offsets = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
+  const int32_t* counts = reinterpret_cast<const int32_t*>(uintptr_t{14} << 20);
+  const auto run = [&](int64_t tokens, int64_t group_size, const int32_t* row_offsets, const int32_t* row_counts,
+                       const int32_t* row_token) {
+    return fp8quant_moe_dispatch_quant(kY, FP8QUANT_DTYPE_BFLOAT16, tokens, 1024, 1024, row_token, 2048, row_offsets,
+                                       row_counts, 8, 64, kOut, 64 * 1024, 1024, scale, FP8QUANT_SCALE_MN_TMA, 0,
+                                       group_size, 1e-10f, nullptr);
+  };
+  const auto invalid = [&](fp8quant_status_t st, const char* arg) {
+    const std::string msg = fp8quant_last_error();
+    if (st != FP8QUANT_ERROR_INVALID_ARGUMENT || msg.rfind(std::string(arg) + ":", 0) != 0) {
+      std::fprintf(stderr, "dispatch: expected INVALID_ARGUMENT naming '%s', got '%s'\n", arg, msg.c_str());
+      ++failures;
+    }
+  };
+  int count = 0;
+  if (!(cudaGetDeviceCount(&count) == cudaSuccess && count > 0)) {
+    EXPECT(run(100, 128, nullptr, nullptr, kRows) == FP8QUANT_ERROR_NO_DEVICE);
+    EXPECT(run(100, 128, offsets, counts, kRows) == FP8QUANT_ERROR_NO_DEVICE);
+  }
+  invalid(run(0, 128, nullptr, nullptr, kRows), "tokens");
+  invalid(run(100, 64, nullptr, nullptr, kRows), "group_size");
+  invalid(run(100, 128, offsets, nullptr, kRows), "counts");
+  invalid(run(100, 128, nullptr, nullptr, nullptr), "row_token");
+  invalid(run(100, 128, nullptr, nullptr, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64)), "q");
+}
+
 uint16_t bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
@@ -188,6 +217,7 @@ int main() {
   test_validation();
   test_routing_validation();
   test_silu_validation();
+  test_dispatch_validation();
   const bool launched = test_launch();
   if (failures) return 1;
   std::printf(launched ? "all MoE API checks passed\n"

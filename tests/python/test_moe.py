@@ -78,3 +78,19 @@ def test_silu_mul_quant_errors(kwargs, error, match):
     kwargs = {"x": torch.ones(4, 512), **kwargs}
     with pytest.raises(error, match=match):
         fp8quant.silu_mul_quant(**kwargs)
+
+
+def test_dispatch_cpu_call_is_the_reference():
+    r = R.moe_routing(TOPK, 4, align=4, max_m=3)
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    for layout, max_m in (("contiguous", None), ("masked", 3)):
+        for scale_layout in ("row", "mn", "packed_ue8m0"):
+            q, s = fp8quant.moe_dispatch_quant(x, r, layout=layout, max_m=max_m, scale_layout=scale_layout)
+            rq, rs = R.moe_dispatch_quant(x, r, layout=layout, max_m=max_m, scale_layout=scale_layout)
+            assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    with pytest.raises(ValueError, match=r"^layout='masked' needs max_m, an int >= 1, got None$"):
+        fp8quant.moe_dispatch_quant(x, r, layout="masked")
+    with pytest.raises(ValueError, match=r"must be a positive multiple of group_size \(128\)"):
+        fp8quant.moe_dispatch_quant(x[:, :200], r)
+    with pytest.raises(TypeError, match=r"^routing must be"):
+        fp8quant.moe_dispatch_quant(x, tuple(r))

@@ -193,3 +193,95 @@ def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
     rq, rs = R.silu_mul_quant(x * 2)
     assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
     torch._dynamo.reset()
+
+
+# --- moe_dispatch_quant ----------------------------------------------------------------------------
+
+from fp8quant.moe import _dispatch as DISPATCH  # noqa: E402
+
+
+def check_dispatch(x, routing, layout, max_m, scale_layout, ue8m0):
+    refs = R.moe_dispatch_quant(x, routing, 128, layout=layout, max_m=max_m, scale_layout=scale_layout, ue8m0=ue8m0)
+    args = (x, routing.row_token, routing.row_offsets, routing.counts, max_m or 0, 128, scale_layout, ue8m0, 1e-10)
+    check_op(
+        lambda out=None: fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=max_m,
+                                                     scale_layout=scale_layout, ue8m0=ue8m0, out=out),
+        refs, DISPATCH.buffers(*args),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("e", [8, 256])
+@pytest.mark.parametrize("k", [1, 2, 8])
+@pytest.mark.parametrize("t", [1, 7, 4096])
+def test_dispatch(t, k, e, gen):
+    ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, e, expert_offset=e // 2, max_m=t * k)  # other ranks own half the ids
+    h = 7168 if t * k * e <= 7 * 8 * 256 else 1024
+    x = torch.randn(t, h, generator=gen, device="cuda").to(torch.bfloat16)
+    for scale_layout, ue8m0 in (("mn_tma", False), ("packed_ue8m0", True)):
+        check_dispatch(x, routing, "contiguous", None, scale_layout, ue8m0)
+    if t * k <= 64:  # the masked layout's rows grow with max_m
+        check_dispatch(x, routing, "masked", t * k, "mn_tma", False)
+
+
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_dispatch_formats_and_dtypes(dtype, layout, ue8m0, gen):
+    ids = torch.randint(-1, 8, (100, 2), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, 8, max_m_sum=100 * 2 + 8 * 128 + 3, max_m=40)  # trailing rows too
+    x = torch.randn(100, 384, generator=gen, device="cuda").to(dtype)
+    check_dispatch(x, routing, "contiguous", None, layout, ue8m0)
+    check_dispatch(x, routing, "masked", 40, layout, ue8m0)
+
+
+def test_dispatch_strided_tokens_graph(gen):
+    ids = torch.randint(0, 8, (64, 4), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, 8, max_m_sum=64 * 4 + 8 * 128)
+    wide = torch.randn(64, 1024 + 8, generator=gen, device="cuda").to(torch.bfloat16)
+    check_dispatch(wide[:, 8:], routing, "contiguous", None, "mn_tma", False)  # rows 16-byte aligned, strided
+    check_dispatch(wide[:, 1:1025], routing, "contiguous", None, "row", False)  # misaligned: element-wise
+    x = torch.randn(64, 1024, generator=gen, device="cuda").to(torch.bfloat16)
+    args = (x, routing.row_token, routing.row_offsets, routing.counts, 0, 128, "mn_tma", False, 1e-10)
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(lambda out=None: fp8quant.moe_dispatch_quant(x, routing, out=out),
+                        lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
+                        lambda: R.moe_dispatch_quant(x, routing), DISPATCH.buffers(*args), variant="out")  # fmt: skip
+
+
+def test_moe_layer_end_to_end(gen):
+    """Route, dispatch + quantize, per-expert block-scaled GEMM (fp8quant.linear), SiLU-and-mul
+    quantize, second GEMM, combine: against a bf16 PyTorch MoE, calc_diff < 2e-3."""
+    from fp8quant.gemm import QuantizedActivation, calc_diff  # noqa: PLC0415
+
+    t, h, inter, e, k = 256, 1024, 512, 8, 2
+    x = torch.randn(t, h, generator=gen, device="cuda").to(torch.bfloat16)
+    w1 = (torch.randn(e, 2 * inter, h, generator=gen, device="cuda") / h**0.5).to(torch.bfloat16)
+    w2 = (torch.randn(e, h, inter, generator=gen, device="cuda") / inter**0.5).to(torch.bfloat16)
+    logits = torch.randn(t, e, generator=gen, device="cuda")
+    weights, ids = torch.topk(logits.softmax(-1), k)
+    ids = ids.to(torch.int32)
+
+    routing = fp8quant.moe_routing(ids, e)
+    q1, s1 = fp8quant.moe_dispatch_quant(x, routing, scale_layout="mn_tma")
+    y = torch.zeros(routing.m_indices.numel(), h, dtype=torch.bfloat16, device="cuda")
+    offsets = routing.row_offsets.tolist()
+    fmt = fp8quant.quantize_activation(x[:4], "scaled_mm").format
+    for j in range(e):
+        lo, hi = offsets[j], offsets[j + 1]
+        if hi == lo:
+            continue
+        a1 = QuantizedActivation(q1[lo:hi], fp8quant.convert_scales(s1[lo:hi].contiguous(), "row", "mn_tma"), fmt)
+        g = fp8quant.linear(a1, fp8quant.prepare_weight(w1[j], "scaled_mm"))
+        q2, s2 = fp8quant.silu_mul_quant(g, scale_layout="mn_tma")
+        y[lo:hi] = fp8quant.linear(QuantizedActivation(q2, s2, fmt), fp8quant.prepare_weight(w2[j], "scaled_mm"))
+    out = fp8quant.moe_combine(y, routing.inv_perm, weights.contiguous())
+
+    ref = torch.zeros(t, h, device="cuda")
+    for j in range(e):
+        rows, slot = (ids == j).nonzero(as_tuple=True)
+        if rows.numel():
+            gate_up = x[rows].float() @ w1[j].float().t()
+            act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+            ref.index_add_(0, rows, (act @ w2[j].float().t()) * weights[rows, slot].unsqueeze(1))
+    assert calc_diff(out.float(), ref) < 2e-3

@@ -81,6 +81,9 @@ def run_cases() -> tuple[int, int]:
     for shape, layout in (((3, 2 * 384), "mn_tma"), ((129, 2 * 512), "packed_ue8m0"), ((4, 33, 2 * 256), "row")):
         failures += not check_silu(shape, layout, gen)
         cases += 1
+    for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
+        failures += not check_dispatch(t, k, e, layout, gen)
+        cases += 1
     for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60)):
         failures += not check_routing(t, k, e, rows, max_m, gen)  # the last overflows both bounds
         cases += 1
@@ -133,6 +136,19 @@ def check_silu(shape, layout: str, gen) -> bool:
     q, s = fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs)
     rq, rs = fp8quant.reference.silu_mul_quant(x, scale_layout=layout, **kwargs)
     return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+
+
+def check_dispatch(t: int, k: int, e: int, layout: str, gen) -> bool:
+    """Dispatch + quantize in both MoE layouts, with dropped slots and experts of other ranks."""
+    ids = torch.randint(-1, 2 * e, (t, k), device="cuda", generator=gen, dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, e, expert_offset=e // 2, max_m=t * k)
+    x = torch.randn(t, 384, device="cuda", generator=gen).to(torch.bfloat16)
+    ok = True
+    for kind, max_m in (("contiguous", None), ("masked", t * k)):
+        q, s = fp8quant.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
+        rq, rs = fp8quant.reference.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
+        ok &= torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    return bool(ok)
 
 
 def check_transforms(shape, gen) -> bool:
