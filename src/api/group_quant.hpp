@@ -10,6 +10,13 @@
 
 namespace fp8quant::api {
 
+// An index array the kernel reads (a row map, per-batch counts): the outputs must not overlap it.
+struct IndexInput {
+  const char* name = nullptr;
+  const void* ptr = nullptr;
+  int64_t bytes = 0;
+};
+
 // Where the rows come from; the default is x's own rows. `in_*` is x's geometry for the buffer
 // checks (two halves per row for kSiluMul, the source rows for kGather); the map fields are
 // QuantProblem's (validated by the caller).
@@ -24,6 +31,7 @@ struct GroupSource {
   const int32_t* row_starts = nullptr;
   const int32_t* row_counts = nullptr;
   int64_t gather_rows = 0;
+  IndexInput indices[3];  // the arrays above, for the overlap checks (unused entries empty)
 };
 
 fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,

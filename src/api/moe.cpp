@@ -187,22 +187,6 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
   FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
   FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(m_indices) % 4 == 0, "m_indices", "must be 4-byte aligned");
   FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(masked_m) % 4 == 0, "masked_m", "must be 4-byte aligned");
-  if (batch > 0 && m > 0 && m <= kMaxInt32 && batch <= kMaxExperts) {
-    // The row maps are inputs: the outputs must not overlap them
-    const uint8_t* q_end = static_cast<const uint8_t*>(q) + n;
-    if (q_row_stride > 0 && q_batch_stride >= 0) q_end += (m - 1) * q_row_stride + (batch - 1) * q_batch_stride;
-    fp8quant_scale_shape_t shape{};
-    if (fp8quant_scale_shape(scale_layout, batch, m, n / 128, &shape) == FP8QUANT_SUCCESS) {
-      const int64_t q_bytes = q_end - static_cast<const uint8_t*>(q);
-      for (const Span& index : {Span{"m_indices", m_indices, m_indices ? m * 4 : 0},
-                                Span{"masked_m", masked_m, masked_m ? batch * 4 : 0}}) {
-        if (index.bytes == 0) continue;
-        FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, q_bytes, index.name, index.ptr, index.bytes));
-        FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, shape.numel * 4, index.name, index.ptr, index.bytes));
-      }
-    }
-  }
-
   fp8quant::api::GroupSource source;
   source.kind = fp8quant::QuantSource::kSiluMul;
   source.in_batch = batch;
@@ -212,6 +196,8 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
   source.row_map = m_indices;
   source.map_entries = m_indices != nullptr ? m : 0;
   source.row_counts = masked_m;
+  source.indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m * 4 : 0};
+  source.indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch * 4 : 0};
   return fp8quant::api::group_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
                                     q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source, stream);
 }
@@ -244,23 +230,6 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
     FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
                        "must be a non-null, 4-byte aligned int32 pointer");
   }
-  if (m > 0 && m <= kMaxInt32 && h > 0 && h % 128 == 0) {
-    // The maps are inputs: the outputs must not overlap them
-    const uint8_t* q_end = static_cast<const uint8_t*>(q) + h;
-    if (q_row_stride > 0 && q_batch_stride >= 0) q_end += (m - 1) * q_row_stride + (batch - 1) * q_batch_stride;
-    fp8quant_scale_shape_t shape{};
-    if (fp8quant_scale_shape(scale_layout, batch, m, h / 128, &shape) == FP8QUANT_SUCCESS) {
-      const int64_t q_bytes = q_end - static_cast<const uint8_t*>(q);
-      for (const Span& index : {Span{"row_token", row_token, rows * 4},
-                                Span{"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0},
-                                Span{"counts", counts, masked ? experts * 4 : 0}}) {
-        if (index.bytes == 0) continue;
-        FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, q_bytes, index.name, index.ptr, index.bytes));
-        FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, shape.numel * 4, index.name, index.ptr, index.bytes));
-      }
-    }
-  }
-
   fp8quant::api::GroupSource source;
   source.kind = fp8quant::QuantSource::kGather;
   source.in_batch = 1;
@@ -271,6 +240,9 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
   source.row_starts = masked ? row_offsets : nullptr;
   source.row_counts = masked ? counts : nullptr;
   source.gather_rows = tokens;
+  source.indices[0] = {"row_token", row_token, rows * 4};
+  source.indices[1] = {"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0};
+  source.indices[2] = {"counts", counts, masked ? experts * 4 : 0};
   return fp8quant::api::group_quant(x, x_dtype, batch, m, h, 0, x_row_stride, q, q_batch_stride, q_row_stride, scale,
                                     scale_layout, ue8m0, group_size, eps, source, stream);
 }

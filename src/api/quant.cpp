@@ -97,6 +97,11 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, rows ? batch : source.in_batch, rows ? m : source.in_rows,
                                                       rows ? k : source.in_cols, qs, scale, scale_bytes, batch, m,
                                                       k));
+  for (const IndexInput& index : source.indices) {
+    if (index.bytes == 0) continue;
+    FP8QUANT_RETURN_IF_ERROR(check_apart(qs.name, qs.ptr, qs.bytes, index.name, index.ptr, index.bytes));
+    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, index.name, index.ptr, index.bytes));
+  }
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem;  // elements in 16 bytes
