@@ -29,7 +29,7 @@ def _routing_geometry(
     i32 = torch.int32
     return (
         Buffer(i32, (num_experts,)), Buffer(i32, (num_experts + 1,)), Buffer(i32, (rows,)), Buffer(i32, (rows,)),
-        Buffer(i32, (t, k)), Buffer(i32, (t, k)), Buffer(i32, (1,)),
+        Buffer(i32, (t, k)), Buffer(i32, (t, k) if max_m else (0, k)), Buffer(i32, (1,)),
     )  # fmt: skip
 
 
@@ -48,7 +48,7 @@ def _routing_reference(topk_ids, num_experts, expert_offset, align, rows, max_m)
     r = reference.moe_routing(
         topk_ids, num_experts, expert_offset=expert_offset, align=align, max_m_sum=rows, max_m=max_m or None
     )
-    masked_row = r.masked_row if max_m else torch.full_like(r.inv_perm, -1)
+    masked_row = r.masked_row if max_m else r.inv_perm.new_empty((0, r.inv_perm.shape[1]))
     return (*r[:5], masked_row, torch.zeros(1, dtype=torch.int32, device=topk_ids.device))
 
 
@@ -109,9 +109,9 @@ def moe_routing(
     for name, value, minimum in (("num_experts", num_experts, 1), ("expert_offset", expert_offset, 0), ("align", align, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    for name, value in (("max_m_sum", max_m_sum), ("max_m", max_m)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    for name, value, minimum in (("max_m_sum", max_m_sum, 0), ("max_m", max_m, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     rows = _m_sum(topk_ids, num_experts, expert_offset, align) if max_m_sum is None else max_m_sum
     counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status = _routing(
         topk_ids, num_experts, expert_offset, align, rows, max_m or 0
@@ -318,9 +318,10 @@ def _dispatch_geometry(
 
 
 def _dispatch_launch(x, row_token, row_offsets, counts, q, scale, max_m, group_size, scale_layout, ue8m0, eps) -> None:
-    if x.shape[0] == 0:  # no tokens: every row is padding
+    if x.shape[0] == 0:  # no tokens: every row is padding (exactly the buffers, padding included)
         q.view(torch.uint8).zero_()
-        scale.as_strided((scale.untyped_storage().nbytes() // 4 - scale.storage_offset(),), (1,)).zero_()
+        buffer = _dispatch_geometry(x, row_token, row_offsets, counts, max_m, group_size, scale_layout, ue8m0, eps)[1]
+        scale.as_strided((buffer.numel,), (1,)).zero_()
         return
     qs = q.stride()
     masked = max_m > 0
@@ -339,9 +340,9 @@ def _dispatch_reference(x, row_token, row_offsets, counts, max_m, group_size, sc
         tokens = row_token.long()
     else:
         rank = torch.arange(max_m, device=x.device)
-        entry = (row_offsets[:-1].long().unsqueeze(1) + rank).clamp(max=max(row_token.numel() - 1, 0))
-        live = rank < counts.long().unsqueeze(1)
-        tokens = torch.where(live, row_token.long()[entry] if row_token.numel() else -1, -1)
+        entry = row_offsets[:-1].long().unsqueeze(1) + rank
+        live = (rank < counts.long().unsqueeze(1)) & (entry >= 0) & (entry < row_token.numel())
+        tokens = torch.where(live, row_token.long()[entry.clamp(0, max(row_token.numel() - 1, 0))], -1)
     live = (tokens >= 0) & (tokens < x.shape[0])
     rows = torch.zeros((*tokens.shape, x.shape[1]), dtype=x.dtype, device=x.device)
     rows[live] = x[tokens[live]]

@@ -349,7 +349,7 @@ def moe_routing(
     _check_positive_int(expert_offset, "expert_offset", minimum=0)
     _check_positive_int(align, "align")
     _check_positive_int(max_m_sum, "max_m_sum", allow_none=True, minimum=0)
-    _check_positive_int(max_m, "max_m", allow_none=True, minimum=0)
+    _check_positive_int(max_m, "max_m", allow_none=True)
     device, (t, k), e = topk_ids.device, topk_ids.shape, num_experts
     ids = topk_ids.reshape(-1).to(torch.int64)
     local = ids - expert_offset

@@ -92,7 +92,11 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
   problem.t = t;
   problem.k = static_cast<int32_t>(k);
   problem.h = static_cast<int32_t>(h);
-  problem.col_blocks = static_cast<int32_t>((h + vec * 128 - 1) / (vec * 128));
+  const int64_t col_blocks = (h + vec * 128 - 1) / (vec * 128);
+  FP8QUANT_CHECK_ARG(col_blocks <= 65535, "h",
+                     "must be at most " + to_string(65535 * 128 * vec) + " for this dtype (blocks along h go on grid.y), got " +
+                         to_string(h));
+  problem.col_blocks = static_cast<int32_t>(col_blocks);
   problem.dtype = y_dtype;
   problem.aligned = aligned16(y) && aligned16(out) && h % vec == 0 && ys.row_stride % vec == 0 &&
                     os.row_stride % vec == 0;

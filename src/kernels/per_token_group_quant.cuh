@@ -199,11 +199,13 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
         if (p.row_starts != nullptr) entry += __ldg(p.row_starts + b);
       }
       if (live && p.row_map != nullptr) {
-        const int32_t mapped = entry < p.map_entries ? __ldg(p.row_map + entry) : -1;
+        const int32_t mapped = entry >= 0 && entry < p.map_entries ? __ldg(p.row_map + entry) : -1;
         live = mapped >= 0 && (kSource != QuantSource::kGather || mapped < p.gather_rows);
         if constexpr (kSource == QuantSource::kGather) {
           src = static_cast<const T*>(p.x) + int64_t{mapped} * p.x_row_stride + k_offset;
         }
+      } else if (kSource == QuantSource::kGather) {
+        live = false;  // a gather without a map has no rows
       }
     }
   }
