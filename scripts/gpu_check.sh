@@ -2,7 +2,7 @@
 # Validate fp8quant on a machine with a compute capability 9.0 or 10.x GPU, with fp8quant
 # already installed in the current Python: the C++ tests, the whole pytest suite,
 # compute-sanitizer (memcheck, racecheck) on representative launches, and the benchmarks (device
-# time, eager host time). Logs go to $LOGDIR (default build/gpu-check). Stages can be picked:
+# time of every op family, eager host time). Logs go to $LOGDIR (default build/gpu-check). Stages can be picked:
 # scripts/gpu_check.sh ctest pytest sanitize bench
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,11 +33,16 @@ for stage in ${stages[*]}; do
       # which does not run PyTorch programs to the end, over the C API test's launch (needs ctest)
       run sanitize-memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
         compute-sanitizer --tool memcheck --error-exitcode 1 python tests/tools/sanitize_cases.py
-      run sanitize-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-        build/gpu-ctest/tests/cpp/test_c_api ;;
+      for api in c_api weights_api pack_api moe_api; do
+        run "sanitize-racecheck-$api" compute-sanitizer --tool racecheck --error-exitcode 1 \
+          "build/gpu-ctest/tests/cpp/test_$api"
+      done ;;
     bench)
       run bench python -m fp8quant bench --json "$logdir/bench.json" --markdown "$logdir/bench.md"
-      run bench-host python -m fp8quant bench --host-overhead --markdown "$logdir/bench_host.md" ;;
+      run bench-host python -m fp8quant bench --host-overhead --markdown "$logdir/bench_host.md"
+      for mode in weights gemm moe; do
+        run "bench-$mode" python -m fp8quant bench "--$mode" --markdown "$logdir/bench_$mode.md"
+      done ;;
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done
