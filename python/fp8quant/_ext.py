@@ -8,10 +8,12 @@ import importlib
 
 import torch
 
-__all__ = ["DTYPE_CODES", "current_device", "extension", "launch", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
+__all__ = ["DTYPE_CODES", "LAYOUT_CODES", "current_device", "extension", "launch", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
 
 #: fp8quant_dtype_t of each input dtype.
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+#: fp8quant_scale_layout_t of each scale layout.
+LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 
 try:
     _C = importlib.import_module(f"{__package__}._C")

@@ -531,7 +531,11 @@ def main(args: argparse.Namespace) -> int:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 
         return run_host(args)
-    report = run_gpu(args) if torch.cuda.is_available() else run_cpu(args)
+    return emit(run_gpu(args) if torch.cuda.is_available() else run_cpu(args), args)
+
+
+def emit(report: Report, args: argparse.Namespace) -> int:
+    """Print the report's table and write the files ``--json`` and ``--markdown`` name."""
     print(report.table(), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -542,3 +546,32 @@ def main(args: argparse.Namespace) -> int:
             f.write(report.markdown())
         progress(f"wrote {args.markdown}")
     return 0
+
+
+def run_shapes(
+    args: argparse.Namespace,
+    shapes: list[tuple[int, int]],
+    time_shape: Callable[[int, int, torch.dtype, float, int], list[Result]],
+    *,
+    refusal: str,
+    labels: tuple[str, str],
+    op: str,
+    rows: str,
+    granularity: str,
+) -> int:
+    """A GPU-only mode: ``time_shape(a, b, dtype, copy_gbps, rotation_bytes)`` for each shape
+    ``(a, b)`` (progress labelled ``labels``), into one report, emitted as the main mode's.
+    Without a GPU: SystemExit with ``refusal``."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{refusal}; no CUDA GPU was found")
+    device = torch.device("cuda", torch.cuda.current_device())
+    copy_gbps = copy_bandwidth_gbps(device)
+    report = Report(
+        device=torch.cuda.get_device_name(device), dtype=args.dtype, group_size=128,
+        method=method_text(args.rotation_mib), copy_gbps=copy_gbps, op=op, rows=rows, granularity=granularity,
+    )  # fmt: skip
+    for index, (a, b) in enumerate(shapes, 1):
+        progress(f"[{index}/{len(shapes)}] {labels[0]}={a} {labels[1]}={b}")
+        report.results += time_shape(a, b, DTYPES[args.dtype], copy_gbps, args.rotation_mib << 20)
+        torch.cuda.empty_cache()
+    return emit(report, args)

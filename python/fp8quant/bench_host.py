@@ -21,7 +21,7 @@ import torch
 
 from . import _ext, bench
 from .layouts import empty_scale
-from .quant import _LAYOUT_CODES, per_token_group_quant
+from .quant import per_token_group_quant
 
 __all__ = ["HostResult", "host_overhead", "run_host"]
 
@@ -64,7 +64,7 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
     ext = _ext.extension()
     stream = _ext.raw_stream(device.index)
     raw_args = (x.data_ptr(), _ext.DTYPE_CODES[dtype], 1, m, k, 0, k, q.data_ptr(), 0, k, s.data_ptr(),
-                _LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream)  # fmt: skip
+                _ext.LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream)  # fmt: skip
     noop = _noop_custom_op()
     return {
         "x.to(float8_e4m3fn)": lambda: x.to(torch.float8_e4m3fn),
@@ -74,7 +74,7 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
         "per_token_group_quant(out=)": lambda: per_token_group_quant(x, 128, scale_layout=layout, out=(q, s)),
         "torch.ops.fp8quant (dispatcher)": lambda: torch.ops.fp8quant.per_token_group_quant(x, 128, layout, ue8m0, 1e-10),
         "_C pointers (no checks in Python)": lambda: ext.per_token_group_quant_ptr(*raw_args),
-        "_C DLPack tensors": lambda: ext.per_token_group_quant(x, q.view(torch.uint8), s, _LAYOUT_CODES[layout], ue8m0,
+        "_C DLPack tensors": lambda: ext.per_token_group_quant(x, q.view(torch.uint8), s, _ext.LAYOUT_CODES[layout], ue8m0,
                                                                128, 1e-10, stream),
     }
 

@@ -38,6 +38,23 @@ def torch_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
     return (gathered * (weights.unsqueeze(-1) * keep)).sum(1).to(y.dtype)
 
 
+def _fused_and_chain(
+    m: int, k: int, names: tuple[str, str], fused, chain, make_set, nbytes: int, set_bytes: int, copy_gbps: float,
+    rotation_bytes: int, chain_every: int,
+) -> list[bench.Result]:
+    """Time ``fused(inputs)`` and the op chain ``chain(inputs)`` over rotated input sets from
+    ``make_set()`` (``set_bytes`` each); the chain, several launches a call, runs ``chain_every``
+    times fewer calls a graph. The sets are freed on return."""
+    sets = [make_set() for _ in range(bench.rotation_sets(set_bytes, rotation_bytes))]
+    calls = bench.graph_calls(len(sets), bench.estimated_call_us(nbytes, copy_gbps))
+    chain_calls = max(1, calls // chain_every)
+    return [
+        bench.Result(m, k, names[0], bench.time_graph(lambda i: fused(sets[i]), len(sets), calls), nbytes, len(sets), calls),
+        bench.Result(m, k, names[1], bench.time_graph(lambda i: chain(sets[i]), len(sets), chain_calls), nbytes,
+                     len(sets), chain_calls),
+    ]  # fmt: skip
+
+
 def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(t)
@@ -47,78 +64,44 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     rows = routing.inv_perm
     weights = torch.rand((t, TOP_K), generator=gen, device=device)
     kept = int((rows >= 0).sum())
-    nbytes = (kept + t) * h * dtype.itemsize + 8 * t * TOP_K
     m_sum = routing.m_indices.numel()
-    sets = bench.rotation_sets(m_sum * h * dtype.itemsize + t * h * dtype.itemsize, rotation_bytes)
-    ys = [torch.randn(m_sum, h, generator=gen, device=device).to(dtype) for _ in range(sets)]
-    outs = [torch.empty((t, h), dtype=dtype, device=device) for _ in range(sets)]
-    calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
-    fused = bench.time_graph(lambda i: moe_combine(ys[i], rows, weights, out=outs[i]), sets, calls)
-    chain = bench.time_graph(lambda i: torch_combine(ys[i], rows, weights), sets, max(1, calls // 8))
-    results = [
-        bench.Result(t, h, "moe_combine", fused, nbytes, sets, calls),
-        bench.Result(t, h, "combine chain", chain, nbytes, sets, max(1, calls // 8)),
-    ]
-    del ys, outs
+    size = dtype.itemsize
+
+    def random(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device).to(dtype)
+
+    # Combine: the expert rows of the kept slots read, the output written, slot indices and weights
+    results = _fused_and_chain(
+        t, h, ("moe_combine", "combine chain"),
+        lambda s: moe_combine(s[0], rows, weights, out=s[1]), lambda s: torch_combine(s[0], rows, weights),
+        lambda: (random(m_sum, h), torch.empty((t, h), dtype=dtype, device=device)),
+        (kept + t) * h * size + 8 * t * TOP_K, (m_sum + t) * h * size, copy_gbps, rotation_bytes, 8,
+    )  # fmt: skip
 
     # Dispatch + quantize: each kept slot's token read, every row of q and the scales written
-    scale_bytes = 4 * scale_spec("mn_tma", m_sum, h // 128).numel
-    nbytes = kept * h * dtype.itemsize + m_sum * h + scale_bytes
-    xs = [torch.randn(t, h, generator=gen, device=device).to(dtype) for _ in range(bench.rotation_sets(nbytes, rotation_bytes))]
-    sets = len(xs)
-    calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
     tokens = routing.row_token.clamp(min=0).long()
-    fused = bench.time_graph(lambda i: moe_dispatch_quant(xs[i], routing, scale_layout="mn_tma"), sets, calls)
-    chain = bench.time_graph(
-        lambda i: per_token_group_quant(xs[i][tokens], 128, scale_layout="mn_tma"), sets, max(1, calls // 4)
-    )
-    results += [
-        bench.Result(t, h, "dispatch+quant", fused, nbytes, sets, calls),
-        bench.Result(t, h, "dispatch chain", chain, nbytes, sets, max(1, calls // 4)),
-    ]
-    del xs
+    nbytes = kept * h * size + m_sum * h + 4 * scale_spec("mn_tma", m_sum, h // 128).numel
+    results += _fused_and_chain(
+        t, h, ("dispatch+quant", "dispatch chain"),
+        lambda x: moe_dispatch_quant(x, routing, scale_layout="mn_tma"),
+        lambda x: per_token_group_quant(x[tokens], 128, scale_layout="mn_tma"),
+        lambda: random(t, h), nbytes, nbytes, copy_gbps, rotation_bytes, 4,
+    )  # fmt: skip
 
     # SiLU-and-mul + quantize on the contiguous layout
-    scale_bytes = 4 * scale_spec("mn_tma", m_sum, INTERMEDIATE // 128).numel
-    nbytes = m_sum * 2 * INTERMEDIATE * dtype.itemsize + m_sum * INTERMEDIATE + scale_bytes
-    hs = [torch.randn(m_sum, 2 * INTERMEDIATE, generator=gen, device=device).to(dtype)
-          for _ in range(bench.rotation_sets(nbytes, rotation_bytes))]  # fmt: skip
-    sets = len(hs)
-    calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
-    fused = bench.time_graph(lambda i: silu_mul_quant(hs[i], scale_layout="mn_tma"), sets, calls)
-    chain = bench.time_graph(
-        lambda i: per_token_group_quant(reference.silu_and_mul(hs[i]), 128, scale_layout="mn_tma"), sets,
-        max(1, calls // 4),
+    nbytes = m_sum * INTERMEDIATE * (2 * size + 1) + 4 * scale_spec("mn_tma", m_sum, INTERMEDIATE // 128).numel
+    results += _fused_and_chain(
+        m_sum, 2 * INTERMEDIATE, ("silu_mul_quant", "silu chain"),
+        lambda x: silu_mul_quant(x, scale_layout="mn_tma"),
+        lambda x: per_token_group_quant(reference.silu_and_mul(x), 128, scale_layout="mn_tma"),
+        lambda: random(m_sum, 2 * INTERMEDIATE), nbytes, nbytes, copy_gbps, rotation_bytes, 4,
     )  # fmt: skip
-    results += [
-        bench.Result(m_sum, 2 * INTERMEDIATE, "silu_mul_quant", fused, nbytes, sets, calls),
-        bench.Result(m_sum, 2 * INTERMEDIATE, "silu chain", chain, nbytes, sets, max(1, calls // 4)),
-    ]
     return results
 
 
 def run_moe(args) -> int:
-    if not torch.cuda.is_available():
-        raise SystemExit("--moe times the GPU kernels; no CUDA GPU was found")
-    device = torch.device("cuda", torch.cuda.current_device())
-    copy_gbps = bench.copy_bandwidth_gbps(device)
-    report = bench.Report(
-        device=torch.cuda.get_device_name(device),
-        dtype=args.dtype,
-        group_size=128,
-        method=bench.method_text(args.rotation_mib),
-        copy_gbps=copy_gbps,
-        op=f"MoE ops (k = {TOP_K} of E = {EXPERTS})",
-        rows="rows",
+    return bench.run_shapes(
+        args, [(t, args.k) for t in args.m or [4096]], time_shape, refusal="--moe times the GPU kernels",
+        labels=("T", "H"), op=f"MoE ops (k = {TOP_K} of E = {EXPERTS})", rows="rows",
         granularity="groups of 128, mn_tma scales",
-    )
-    ts = args.m or [4096]
-    for index, t in enumerate(ts, 1):
-        bench.progress(f"[{index}/{len(ts)}] T={t} H={args.k}")
-        report.results += time_shape(t, args.k, bench.DTYPES[args.dtype], copy_gbps, args.rotation_mib << 20)
-        torch.cuda.empty_cache()
-    print(report.table(), flush=True)
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(report.markdown())
-    return 0
+    )  # fmt: skip

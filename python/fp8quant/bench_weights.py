@@ -44,27 +44,8 @@ def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_by
 
 
 def run_weights(args) -> int:
-    if not torch.cuda.is_available():
-        raise SystemExit("--weights times the GPU kernel; no CUDA GPU was found")
-    device = torch.device("cuda", torch.cuda.current_device())
-    copy_gbps = bench.copy_bandwidth_gbps(device)
-    report = bench.Report(
-        device=torch.cuda.get_device_name(device),
-        dtype=args.dtype,
-        group_size=128,
-        method=bench.method_text(args.rotation_mib),
-        copy_gbps=copy_gbps,
-        op="per_block_quant",
-        rows="N",
+    return bench.run_shapes(
+        args, [(m, args.k) for m in args.m] if args.m else list(SHAPES), time_shape,
+        refusal="--weights times the GPU kernel", labels=("N", "K"), op="per_block_quant", rows="N",
         granularity="128 x 128 blocks",
-    )
-    shapes = [(m, args.k) for m in args.m] if args.m else SHAPES
-    for index, (n, k) in enumerate(shapes, 1):
-        bench.progress(f"[{index}/{len(shapes)}] N={n} K={k}")
-        report.results += time_shape(n, k, bench.DTYPES[args.dtype], copy_gbps, args.rotation_mib << 20)
-        torch.cuda.empty_cache()
-    print(report.table(), flush=True)
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(report.markdown())
-    return 0
+    )  # fmt: skip

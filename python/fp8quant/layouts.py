@@ -11,7 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ._ops import Buffer
+
 __all__ = [
+    "scale_buffer",
     "SCALE_FORMATS",
     "SCALE_LAYOUTS",
     "ScaleSpec",
@@ -123,3 +126,13 @@ def empty_scale(
     spec = scale_spec(scale_layout, m, num_groups, batch)
     buf = torch.empty(spec.numel, dtype=spec.dtype, device=device)
     return buf.as_strided(spec.shape, spec.stride)
+
+
+def scale_buffer(scale_layout: str, m: int, num_groups: int, batch: tuple[int, ...] = (), context: str = "") -> Buffer:
+    """The output geometry (``fp8quant._ops.Buffer``) of scales in ``scale_layout``: the
+    ``[*batch, m, ...]`` view over the layout's whole buffer, padding rows included; ``context``
+    ends the messages about a wrong ``out=`` tensor (default ``"for scale_layout='mn'"``)."""
+    spec = scale_spec(scale_layout, m, num_groups, batch)
+    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)  # the padding rows too
+    context = context or f"for scale_layout={scale_layout!r}"
+    return Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)

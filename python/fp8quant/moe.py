@@ -8,13 +8,12 @@ import torch
 
 from . import reference
 from ._checks import FP8_DTYPE, INPUT_DTYPES, check_eps, resolve_ue8m0
-from ._ext import DTYPE_CODES, extension, launch
+from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
-from .layouts import scale_spec
+from .layouts import scale_buffer
 
 __all__ = ["moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
 
-_LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 
 _ROWS_OVERFLOW, _MAX_M_OVERFLOW = 1, 2  # fp8quant_routing_status_t bits
 
@@ -213,10 +212,7 @@ def _silu_geometry(
     """q [*, M, N] row-major; the scale layout's buffer for N / group_size groups."""
     n = x.shape[-1] // 2
     shape = (*x.shape[:-1], n)
-    spec = scale_spec(scale_layout, shape[-2], n // group_size, tuple(shape[:-2]))
-    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)
-    context = f"for scale_layout={scale_layout!r}"
-    return Buffer(FP8_DTYPE, shape), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)
+    return Buffer(FP8_DTYPE, shape), scale_buffer(scale_layout, shape[-2], n // group_size, tuple(shape[:-2]))
 
 
 def _silu_launch(x, m_indices, masked_m, q, scale, group_size, scale_layout, ue8m0, eps) -> None:
@@ -227,7 +223,7 @@ def _silu_launch(x, m_indices, masked_m, q, scale, group_size, scale_layout, ue8
         extension().silu_mul_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2],
         shape[-1] // 2, x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2],
         m_indices.data_ptr() if m_indices.numel() else 0, masked_m.data_ptr() if masked_m.numel() else 0,
-        scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
+        scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
     )  # fmt: skip
 
 
@@ -311,10 +307,7 @@ def _dispatch_geometry(
     """q [rows, H] (contiguous, max_m == 0) or [E, max_m, H] (masked); the scale layout's buffer."""
     h = x.shape[-1]
     shape = (row_token.shape[0], h) if max_m == 0 else (counts.shape[0], max_m, h)
-    spec = scale_spec(scale_layout, shape[-2], h // group_size, tuple(shape[:-2]))
-    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)
-    context = f"for scale_layout={scale_layout!r}"
-    return Buffer(FP8_DTYPE, shape), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)
+    return Buffer(FP8_DTYPE, shape), scale_buffer(scale_layout, shape[-2], h // group_size, tuple(shape[:-2]))
 
 
 def _dispatch_launch(x, row_token, row_offsets, counts, q, scale, max_m, group_size, scale_layout, ue8m0, eps) -> None:
@@ -329,7 +322,7 @@ def _dispatch_launch(x, row_token, row_offsets, counts, q, scale, max_m, group_s
         extension().moe_dispatch_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0],
         x.shape[1], x.stride(0), row_token.data_ptr(), row_token.shape[0],
         row_offsets.data_ptr() if masked else 0, counts.data_ptr() if masked else 0, counts.shape[0], max_m,
-        q.data_ptr(), qs[0] if masked else 0, qs[-2], scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0,
+        q.data_ptr(), qs[0] if masked else 0, qs[-2], scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0,
         group_size, eps,
     )  # fmt: skip
 

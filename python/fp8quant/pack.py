@@ -18,14 +18,13 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._ext import extension, launch
+from ._ext import LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
-from .layouts import check_scale_layout, scale_spec
+from .layouts import check_scale_layout, scale_buffer
 
 __all__ = ["convert_scales", "pack_ue8m0", "sm100_weight_scales", "unpack_ue8m0"]
 
 _FP32_LAYOUTS = ("row", "mn", "mn_tma")
-_LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 _NO_INVALID = -1  # first_invalid's UINT64_MAX, read as int64
 
 
@@ -37,9 +36,7 @@ def _check_fp32_layout(layout: str, name: str) -> None:
 
 def _scale_buffer(layout: str, shape: tuple, num_groups: int) -> Buffer:
     """The whole buffer of ``layout`` for scales ``[*, M, num_groups]``, as the quantizer allocates it."""
-    spec = scale_spec(layout, shape[-2], num_groups, tuple(shape[:-2]))
-    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)
-    return Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, f"for layout {layout!r}", full_shape)
+    return scale_buffer(layout, shape[-2], num_groups, tuple(shape[:-2]), f"for layout {layout!r}")
 
 
 _FLAG = Buffer(torch.int64, (1,))  # first_invalid: the flat index of the first bad value, or -1
@@ -59,8 +56,8 @@ def _run_transform(op: str, src: torch.Tensor, src_layout: str, dst: torch.Tenso
     if flag is not None:
         flag.fill_(_NO_INVALID)
     launch(
-        extension().scale_transform_ptr, src.get_device(), op, src.data_ptr(), _LAYOUT_CODES[src_layout],
-        dst.data_ptr(), _LAYOUT_CODES[dst_layout], batch, rows, num_groups, block_n,
+        extension().scale_transform_ptr, src.get_device(), op, src.data_ptr(), LAYOUT_CODES[src_layout],
+        dst.data_ptr(), LAYOUT_CODES[dst_layout], batch, rows, num_groups, block_n,
         0 if flag is None else flag.data_ptr(),
     )  # fmt: skip
 

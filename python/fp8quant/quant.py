@@ -6,21 +6,18 @@ import torch
 
 from . import reference
 from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
-from ._ext import extension as _extension, launch_rows
+from ._ext import LAYOUT_CODES, extension as _extension, launch_rows
 from ._ops import Buffer, Op, TensorMeta
-from .layouts import scale_spec
+from .layouts import scale_buffer
 
 __all__ = ["per_token_group_quant"]
 
-_LAYOUT_CODES = {"row": 0, "mn": 1, "mn_tma": 2, "packed_ue8m0": 3}
 
 
 def _geometry(x: TensorMeta, group_size: int, scale_layout: str, ue8m0: bool, eps: float) -> tuple[Buffer, Buffer]:
     """q like x (row-major, any row and batch strides with ``out=``); the scale layout's buffer."""
-    spec = scale_spec(scale_layout, x.shape[-2], x.shape[-1] // group_size, tuple(x.shape[:-2]))
-    context = f"for scale_layout={scale_layout!r}"
-    full_shape = (*spec.shape[:-2], spec.rows, spec.cols)  # the padding rows too
-    return Buffer(FP8_DTYPE, x.shape), Buffer(spec.dtype, spec.shape, spec.stride, spec.numel, context, full_shape)
+    scale = scale_buffer(scale_layout, x.shape[-2], x.shape[-1] // group_size, tuple(x.shape[:-2]))
+    return Buffer(FP8_DTYPE, x.shape), scale
 
 
 def _launch(
@@ -29,7 +26,7 @@ def _launch(
     """Enqueue the kernel on x's device and current stream: pointers and strides go straight to the
     C API, which checks every value (strides, alignment, overlap, limits)."""
     launch_rows(
-        _extension().per_token_group_quant_ptr, x, q, scale.data_ptr(), _LAYOUT_CODES[scale_layout], ue8m0,
+        _extension().per_token_group_quant_ptr, x, q, scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0,
         group_size, eps,
     )  # fmt: skip
 

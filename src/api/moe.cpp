@@ -21,20 +21,6 @@ constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;               // rows and 
 constexpr int64_t kMaxExperts = 65535;                              // one block each
 constexpr int64_t kMaxAlign = int64_t{1} << 20;
 
-// The architecture's launcher, once every argument has passed.
-template <typename Problem, typename Sm90, typename Sm100>
-fp8quant_status_t dispatch(const Problem& problem, cudaStream_t stream, Sm90 sm90, Sm100 sm100) {
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  if (arch == 9) {
-    return sm90(problem, stream);
-  } else {  // 10: kernel_arch returns no other
-    return sm100(problem, stream);
-  }
-}
-
 // A named device buffer of `bytes` bytes, for the overlap checks.
 struct Span {
   const char* name;
@@ -102,7 +88,7 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
                     os.row_stride % vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
 
-  return dispatch(problem, stream, fp8quant::sm90::moe_combine, fp8quant::sm100::moe_combine);
+  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_combine, fp8quant::sm100::moe_combine);
 }
 
 fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k,
@@ -173,7 +159,7 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   problem.max_m = static_cast<int32_t>(max_m);
   problem.int64_ids = index_bits == 64;
   problem.pdl = fp8quant::pdl_enabled();
-  return dispatch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
+  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
 }
 
 fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,

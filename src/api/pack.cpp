@@ -71,15 +71,7 @@ void set_source(ScaleTransformProblem& p, const void* src, const fp8quant_scale_
 
 fp8quant_status_t run(ScaleTransformProblem& p, cudaStream_t stream) {
   p.pdl = fp8quant::pdl_enabled();
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  if (arch == 9) {
-    return fp8quant::sm90::scale_transform(p, stream);
-  } else {  // 10: kernel_arch returns no other
-    return fp8quant::sm100::scale_transform(p, stream);
-  }
+  return fp8quant::launch_for_arch(p, stream, fp8quant::sm90::scale_transform, fp8quant::sm100::scale_transform);
 }
 
 }  // namespace

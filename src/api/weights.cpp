@@ -75,16 +75,7 @@ fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t 
   problem.aligned = w16 && q16;
   problem.pdl = fp8quant::pdl_enabled();
 
-  // Dispatch on the architecture
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  if (arch == 9) {
-    return fp8quant::sm90::per_block_quant(problem, stream);
-  } else {  // 10: kernel_arch returns no other
-    return fp8quant::sm100::per_block_quant(problem, stream);
-  }
+  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::per_block_quant, fp8quant::sm100::per_block_quant);
 }
 
 }  // namespace

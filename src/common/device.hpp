@@ -1,6 +1,7 @@
 // The device the C API launches on, and how it launches.
 #pragma once
 
+#include "common/error.hpp"
 #include "fp8quant/common.h"
 
 namespace fp8quant {
@@ -20,5 +21,22 @@ fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch);
 
 // Whether kernels launch with programmatic dependent launch (fp8quant_set_pdl).
 bool pdl_enabled();
+
+// The architecture dispatch of a C API function whose launcher needs nothing else of the device:
+// `sm90(problem, stream)` or `sm100(problem, stream)`, as kernel_arch decides for the current device.
+template <typename Problem>
+fp8quant_status_t launch_for_arch(const Problem& problem, cudaStream_t stream,
+                                  fp8quant_status_t (*sm90)(const Problem&, cudaStream_t),
+                                  fp8quant_status_t (*sm100)(const Problem&, cudaStream_t)) {
+  DeviceInfo device{};
+  FP8QUANT_RETURN_IF_ERROR(current_device(&device));
+  int arch = 0;
+  FP8QUANT_RETURN_IF_ERROR(kernel_arch(device, &arch));
+  if (arch == 9) {
+    return sm90(problem, stream);
+  } else {  // 10: kernel_arch returns no other
+    return sm100(problem, stream);
+  }
+}
 
 }  // namespace fp8quant

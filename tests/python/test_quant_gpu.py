@@ -29,7 +29,8 @@ import torch
 
 import fp8quant
 from fp8quant import SCALE_FORMATS as FORMATS, reference
-from fp8quant.quant import _LAYOUT_CODES, _extension, _quant as QUANT
+from fp8quant._ext import LAYOUT_CODES
+from fp8quant.quant import _extension, _quant as QUANT
 from fp8quant._ops import Buffer
 from gpu_harness import (
     FP8,
@@ -836,7 +837,7 @@ def _c_args(scale_layout="mn_tma", m=8, k=256, batch=None, **override):
         "x": torch.ones(shape, dtype=torch.bfloat16, device="cuda"),
         "q": torch.empty(shape, dtype=torch.uint8, device="cuda"),
         "scale": fp8quant.empty_scale(scale_layout, m, k // 128, batch_shape, device="cuda"),
-        "layout": _LAYOUT_CODES[scale_layout],
+        "layout": LAYOUT_CODES[scale_layout],
         "ue8m0": scale_layout == "packed_ue8m0",
         "group_size": 128,
         "eps": 1e-10,
