@@ -51,25 +51,40 @@ fp8quant_status_t check_apart_all(const void* src, int64_t src_numel, const void
   return check_apart("first_invalid", first_invalid, 8, "dst", dst, dst_numel * 4);
 }
 
-// Fill the destination half of `p` from the destination's geometry.
-void set_destination(ScaleTransformProblem& p, void* dst, const fp8quant_scale_shape_t& shape, int64_t batch,
-                     bool row_major) {
-  p.dst = dst;
-  p.dst_batch_stride = shape.batch_stride;
-  p.dst_rows = shape.rows;
-  p.dst_cols = shape.cols;
-  p.total = shape.batch_stride * batch;
-  p.dst_row_major = row_major;
-}
+// Everything after each function's own value checks: both buffers' geometry (`src_rows` rows of
+// `src_layout`, `rows` of `dst_layout`; sizes overflow-checked by fp8quant_scale_shape), the
+// buffer checks, then one ScaleTransformProblem. Destination row r reads source row r / row_div.
+fp8quant_status_t transform(ScaleTransform op, const void* src, const char* src_name, fp8quant_scale_layout_t src_layout,
+                            int64_t src_rows, void* dst, fp8quant_scale_layout_t dst_layout, int64_t rows,
+                            int64_t batch, int64_t num_groups, int64_t row_div, uint64_t* first_invalid,
+                            cudaStream_t stream) {
+  fp8quant_scale_shape_t from{}, to{};
+  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(src_layout, batch, src_rows, num_groups, &from));
+  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(dst_layout, batch, rows, num_groups, &to));
 
-void set_source(ScaleTransformProblem& p, const void* src, const fp8quant_scale_shape_t& shape) {
+  // Buffers
+  FP8QUANT_RETURN_IF_ERROR(check_buffer(src, src_name));
+  FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
+  FP8QUANT_RETURN_IF_ERROR(check_apart_all(src, from.numel, dst, to.numel, first_invalid));
+  if (batch == 0 || rows == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
+
+  ScaleTransformProblem p{};
+  p.op = op;
+  p.first_invalid = reinterpret_cast<unsigned long long*>(first_invalid);
   p.src = src;
-  p.src_batch_stride = shape.batch_stride;
-  p.src_row_stride = shape.row_stride;
-  p.src_col_stride = shape.col_stride;
-}
-
-fp8quant_status_t run(ScaleTransformProblem& p, cudaStream_t stream) {
+  p.src_batch_stride = from.batch_stride;
+  p.src_row_stride = from.row_stride;
+  p.src_col_stride = from.col_stride;
+  p.dst = dst;
+  p.dst_batch_stride = to.batch_stride;
+  p.dst_rows = to.rows;
+  p.dst_cols = to.cols;
+  p.total = to.batch_stride * batch;
+  p.dst_row_major = dst_layout == FP8QUANT_SCALE_ROW;
+  p.rows = rows;
+  p.src_rows = src_rows;
+  p.groups = num_groups;
+  p.row_div = row_div;
   p.pdl = fp8quant::pdl_enabled();
   return fp8quant::launch_for_arch(p, stream, fp8quant::sm90::scale_transform, fp8quant::sm100::scale_transform);
 }
@@ -81,113 +96,42 @@ extern "C" {
 fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quant_scale_layout_t src_layout, float* dst,
                                           fp8quant_scale_layout_t dst_layout, int64_t batch, int64_t m,
                                           int64_t num_groups, cudaStream_t stream) {
-  // Values
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(src_layout, "src_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(dst_layout, "dst_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  fp8quant_scale_shape_t from{}, to{};  // sizes overflow-checked there
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(src_layout, batch, m, num_groups, &from));
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(dst_layout, batch, m, num_groups, &to));
-
-  // Buffers
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(src, "src"));
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
-  FP8QUANT_RETURN_IF_ERROR(check_apart_all(src, from.numel, dst, to.numel, nullptr));
-  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
-
-  ScaleTransformProblem p{};
-  p.op = ScaleTransform::kConvert;
-  set_source(p, src, from);
-  set_destination(p, dst, to, batch, dst_layout == FP8QUANT_SCALE_ROW);
-  p.rows = p.src_rows = m;
-  p.groups = num_groups;
-  p.row_div = 1;
-  return run(p, stream);
+  return transform(ScaleTransform::kConvert, src, "src", src_layout, m, dst, dst_layout, m, batch, num_groups, 1,
+                   nullptr, stream);
 }
 
 fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t src_layout, int32_t* dst,
                                       int64_t batch, int64_t m, int64_t num_groups, uint64_t* first_invalid,
                                       cudaStream_t stream) {
-  // Values
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(src_layout, "src_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  fp8quant_scale_shape_t from{}, to{};  // sizes overflow-checked there
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(src_layout, batch, m, num_groups, &from));
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, batch, m, num_groups, &to));
-
-  // Buffers
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(src, "src"));
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
-  FP8QUANT_RETURN_IF_ERROR(check_apart_all(src, from.numel, dst, to.numel, first_invalid));
-  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
-
-  ScaleTransformProblem p{};
-  p.op = ScaleTransform::kPack;
-  p.first_invalid = reinterpret_cast<unsigned long long*>(first_invalid);
-  set_source(p, src, from);
-  set_destination(p, dst, to, batch, false);
-  p.rows = p.src_rows = m;
-  p.groups = num_groups;
-  p.row_div = 1;
-  return run(p, stream);
+  return transform(ScaleTransform::kPack, src, "src", src_layout, m, dst, FP8QUANT_SCALE_PACKED_UE8M0, m, batch,
+                   num_groups, 1, first_invalid, stream);
 }
 
 fp8quant_status_t fp8quant_unpack_ue8m0(const int32_t* src, float* dst, fp8quant_scale_layout_t dst_layout,
                                         int64_t batch, int64_t m, int64_t num_groups, uint64_t* first_invalid,
                                         cudaStream_t stream) {
-  // Values
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(dst_layout, "dst_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  fp8quant_scale_shape_t from{}, to{};  // sizes overflow-checked there
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, batch, m, num_groups, &from));
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(dst_layout, batch, m, num_groups, &to));
-
-  // Buffers
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(src, "src"));
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
-  FP8QUANT_RETURN_IF_ERROR(check_apart_all(src, from.numel, dst, to.numel, first_invalid));
-  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
-
-  ScaleTransformProblem p{};
-  p.op = ScaleTransform::kUnpack;
-  p.first_invalid = reinterpret_cast<unsigned long long*>(first_invalid);
-  set_source(p, src, from);
-  set_destination(p, dst, to, batch, dst_layout == FP8QUANT_SCALE_ROW);
-  p.rows = p.src_rows = m;
-  p.groups = num_groups;
-  p.row_div = 1;
-  return run(p, stream);
+  return transform(ScaleTransform::kUnpack, src, "src", FP8QUANT_SCALE_PACKED_UE8M0, m, dst, dst_layout, m, batch,
+                   num_groups, 1, first_invalid, stream);
 }
 
 fp8quant_status_t fp8quant_sm100_weight_scales(const float* w_scale, int64_t batch, int64_t n, int64_t k_blocks,
                                                int64_t block_n, int32_t* dst, uint64_t* first_invalid,
                                                cudaStream_t stream) {
   using std::to_string;
-  // Values
   FP8QUANT_CHECK_ARG(block_n > 0, "block_n", "must be > 0, got " + to_string(block_n));
   FP8QUANT_CHECK_ARG(k_blocks > 0, "k_blocks", "must be > 0, got " + to_string(k_blocks));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, n, k_blocks, "n"));
+  // The block scales are the row layout of ceil(n / block_n) rows; output row r reads r / block_n
   const int64_t row_blocks = n / block_n + (n % block_n != 0);
-  fp8quant_scale_shape_t from{}, to{};  // the block scales are the row layout of row_blocks rows
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, batch, row_blocks, k_blocks, &from));
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, batch, n, k_blocks, &to));
-
-  // Buffers
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(w_scale, "w_scale"));
-  FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
-  FP8QUANT_RETURN_IF_ERROR(check_apart_all(w_scale, from.numel, dst, to.numel, first_invalid));
-  if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
-
-  ScaleTransformProblem p{};
-  p.op = ScaleTransform::kPack;
-  p.first_invalid = reinterpret_cast<unsigned long long*>(first_invalid);
-  set_source(p, w_scale, from);
-  set_destination(p, dst, to, batch, false);
-  p.rows = n;
-  p.src_rows = row_blocks;
-  p.groups = k_blocks;
-  p.row_div = block_n;
-  return run(p, stream);
+  return transform(ScaleTransform::kPack, w_scale, "w_scale", FP8QUANT_SCALE_ROW, row_blocks, dst,
+                   FP8QUANT_SCALE_PACKED_UE8M0, n, batch, k_blocks, block_n, first_invalid, stream);
 }
 
 }  // extern "C"
