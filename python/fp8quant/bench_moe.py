@@ -10,6 +10,10 @@ the chain of separate ops it replaces:
   scales; chain: ``F.silu(gate) * up``, then fp8quant's quantizer.
 - moe_combine: reads the expert rows (one per kept slot), writes the output; chain: gather,
   weight, sum in float32, cast.
+- moe_routing with ``max_m_sum = T * k + E * 127`` (the bound engines size buffers by, so no
+  synchronization): reads topk_ids, writes counts, offsets, the two row maps (every row of the
+  bound) and inv_perm; chain: the reference's PyTorch ops made synchronization-free
+  (:func:`torch_routing`). Latency-bound: its percentage says little.
 
 Same method as the other modes: CUDA graphs of N calls over rotated buffer sets, median of the
 replays.
@@ -21,7 +25,7 @@ import torch
 
 from . import bench, reference
 from .layouts import scale_spec
-from .moe import moe_combine, moe_dispatch_quant, silu_mul_quant
+from .moe import moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .quant import per_token_group_quant
 
 __all__ = ["run_moe"]
@@ -55,6 +59,29 @@ def _fused_and_chain(
     ]  # fmt: skip
 
 
+def torch_routing(ids: torch.Tensor, e: int, align: int, rows: int) -> tuple[torch.Tensor, ...]:
+    """The reference's routing as engines write it in PyTorch without a device-to-host read:
+    a count by scatter_add, a stable argsort for each slot's rank, and scatters of the row maps
+    into ``rows`` rows (dropped slots land in one spare row)."""
+    t, k = ids.shape
+    flat = ids.reshape(-1).long()
+    valid = (flat >= 0) & (flat < e)
+    expert = torch.where(valid, flat, e)
+    counts = torch.zeros(e + 1, dtype=torch.int64, device=ids.device).scatter_add_(0, expert, torch.ones_like(expert))
+    offsets = torch.nn.functional.pad(torch.cumsum((counts[:e] + align - 1) // align * align, 0), (1, 0))
+    first = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
+    order = torch.argsort(expert, stable=True)
+    rank = torch.empty_like(expert)
+    rank[order] = torch.arange(expert.numel(), device=ids.device) - first[expert[order]]
+    row = torch.where(valid, offsets[expert.clamp(max=e - 1)] + rank, rows)
+    m_indices = torch.full((rows + 1,), -1, dtype=torch.int32, device=ids.device)
+    row_token = torch.full((rows + 1,), -1, dtype=torch.int32, device=ids.device)
+    m_indices[row] = expert.to(torch.int32)
+    row_token[row] = (torch.arange(expert.numel(), device=ids.device) // k).to(torch.int32)
+    inv_perm = torch.where(valid, row, -1).to(torch.int32).view(t, k)
+    return counts[:e].to(torch.int32), offsets.to(torch.int32), m_indices[:rows], row_token[:rows], inv_perm
+
+
 def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(t)
@@ -70,8 +97,17 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     def random(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=gen, device=device).to(dtype)
 
-    # Combine: the expert rows of the kept slots read, the output written, slot indices and weights
+    # Routing: topk_ids read; counts, offsets, both row maps over the whole bound, inv_perm written
+    bound = t * TOP_K + EXPERTS * 127
+    nbytes = 4 * t * TOP_K * 2 + 8 * bound + 4 * (2 * EXPERTS + 1)
     results = _fused_and_chain(
+        t, h, ("moe_routing", "routing chain"),
+        lambda s: moe_routing(s, EXPERTS, max_m_sum=bound), lambda s: torch_routing(s, EXPERTS, 128, bound),
+        lambda: ids.clone(), nbytes, nbytes, copy_gbps, rotation_bytes, 8,
+    )  # fmt: skip
+
+    # Combine: the expert rows of the kept slots read, the output written, slot indices and weights
+    results += _fused_and_chain(
         t, h, ("moe_combine", "combine chain"),
         lambda s: moe_combine(s[0], rows, weights, out=s[1]), lambda s: torch_combine(s[0], rows, weights),
         lambda: (random(m_sum, h), torch.empty((t, h), dtype=dtype, device=device)),

@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace fp8quant::math {
@@ -144,13 +145,15 @@ __device__ __forceinline__ float round_to(float v) {
   return to_float(from_float<T>(v));
 }
 
-// silu(g) * u as PyTorch evaluates F.silu(gate) * up on tensors of T (docs/contract.md, "MoE"):
-// g / (1 + exp(-g)) in float32 with the accurate expf and IEEE division, rounded to T; the
-// product in float32, rounded to T.
+// silu(g) as PyTorch evaluates F.silu on float32: g / (1 + exp(-g)) with the accurate expf and
+// IEEE division (docs/contract.md, "MoE").
+__device__ __forceinline__ float silu_exact(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
+
+// silu(g) * u as PyTorch evaluates F.silu(gate) * up on tensors of T: silu_exact rounded to T;
+// the product in float32, rounded to T.
 template <typename T>
 __device__ __forceinline__ float silu_mul(float g, float u) {
-  const float silu = round_to<T>(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
-  return round_to<T>(__fmul_rn(silu, u));
+  return round_to<T>(__fmul_rn(round_to<T>(silu_exact(g)), u));
 }
 
 // Two packed 16-bit elements (low element first) to floats.
@@ -161,6 +164,69 @@ __device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
   __half2 h;
   memcpy(&h, &w, sizeof(w));
   return __half22float2(h);
+}
+
+// Two floats rounded to nearest even in 16-bit T, packed (low element first).
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  uint32_t w;
+  memcpy(&w, &h, sizeof(w));
+  return w;
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  uint32_t w;
+  memcpy(&w, &h, sizeof(w));
+  return w;
+}
+
+// The products of two pairs of 16-bit T packed in words, each rounded once to T: the product
+// of two 16-bit values is exact in float32, so this is the float32 product rounded to T (PTX's
+// mul.rn on bf16x2 and f16x2 keeps subnormals; a NaN may carry another payload, which no
+// quantizer reads).
+__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, __nv_bfloat16) {
+  __nv_bfloat162 x, y;
+  memcpy(&x, &a, sizeof(a));
+  memcpy(&y, &b, sizeof(b));
+  const __nv_bfloat162 p = __hmul2(x, y);
+  uint32_t w;
+  memcpy(&w, &p, sizeof(w));
+  return w;
+}
+__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, __half) {
+  __half2 x, y;
+  memcpy(&x, &a, sizeof(a));
+  memcpy(&y, &b, sizeof(b));
+  const __half2 p = __hmul2(x, y);
+  uint32_t w;
+  memcpy(&w, &p, sizeof(w));
+  return w;
+}
+
+// silu(g) * u for two elements of 16-bit T packed in a word (low element first), rounded to T
+// and packed the same way: bit for bit silu_mul<T> of each (a NaN's payload aside).
+//
+// silu first takes a fast path: __expf and __fdividef land within (5 + 1.2 |g|) float32 ulps of
+// silu_exact(g) (CUDA's documented bounds: 2 + 1.173 |x| ulps for __expf, 2 for __fdividef, half
+// an ulp for the sum). Rounding is monotonic, so when both ends of a twice-as-wide interval
+// around the fast value round to the same T, the exact value rounds there too; else (about one
+// element in 200 for bf16) the pair is computed exactly. |g| <= 64 keeps the fast path clear of
+// overflow and subnormals. tests/cpp/test_silu.cu checks every 16-bit g of both types.
+constexpr float kSiluFastMaxAbs = 64.0f;
+template <typename T>
+__device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
+  const float2 g = unpack2(gate, T{});
+  uint32_t silu;
+  bool exact = true;
+  if (fabsf(g.x) <= kSiluFastMaxAbs && fabsf(g.y) <= kSiluFastMaxAbs) {
+    const float a = __fdividef(g.x, 1.0f + __expf(-g.x)), b = __fdividef(g.y, 1.0f + __expf(-g.y));
+    const float da = fabsf(a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
+    const float db = fabsf(b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
+    silu = pack2(a - da, b - db, T{});
+    exact = silu != pack2(a + da, b + db, T{});
+  }
+  if (exact) silu = pack2(silu_exact(g.x), silu_exact(g.y), T{});
+  return mul2(silu, up, T{});
 }
 
 // Two 16-bit elements in one register, for the packed max below.

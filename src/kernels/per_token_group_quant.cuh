@@ -121,23 +121,14 @@ __device__ __forceinline__ void prefetch_slice(const T* src) {
 // load sees x's dtype).
 template <typename T>
 __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& up) {
-  float g[kElemsPerThread], u[kElemsPerThread];
-  unpack_slice(gate, g);
-  unpack_slice(up, u);
-#pragma unroll
-  for (int i = 0; i < kElemsPerThread; ++i) g[i] = math::silu_mul<T>(g[i], u[i]);
   if constexpr (sizeof(T) == 4) {
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) gate.w[i] = __float_as_uint(g[i]);
+    for (int i = 0; i < Slice<T>::kWords; ++i) {
+      gate.w[i] = __float_as_uint(math::silu_mul<T>(__uint_as_float(gate.w[i]), __uint_as_float(up.w[i])));
+    }
   } else {
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread / 2; ++i) {
-      const T lo = math::from_float<T>(g[2 * i]), hi = math::from_float<T>(g[2 * i + 1]);
-      uint16_t lo_bits, hi_bits;
-      memcpy(&lo_bits, &lo, 2);
-      memcpy(&hi_bits, &hi, 2);
-      gate.w[i] = lo_bits | (static_cast<uint32_t>(hi_bits) << 16);
-    }
+    for (int i = 0; i < Slice<T>::kWords; ++i) gate.w[i] = math::silu_mul2<T>(gate.w[i], up.w[i]);
   }
 }
 

@@ -253,15 +253,42 @@ def test_dispatch_strided_tokens_graph(gen):
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
     reason="the per-expert GEMMs go through torch._scaled_mm's blockwise recipe, SM90 only",
 )
-def test_moe_layer_end_to_end(gen):
-    """Route, dispatch + quantize, per-expert block-scaled GEMM (fp8quant.linear), SiLU-and-mul
-    quantize, second GEMM, combine: against a float32 PyTorch MoE of the bf16 weights.
+def moe_layer(x, w1, w2, ids, weights, backend: str) -> torch.Tensor:
+    """Route, dispatch + quantize, per-expert block-scaled GEMM (fp8quant.linear on ``backend``),
+    SiLU-and-mul quantize, second GEMM, combine."""
+    from fp8quant.gemm import QuantizedActivation  # noqa: PLC0415
 
-    Issue 14 asks for calc_diff < 2e-3. An emulation of this test on the CPU (the reference GEMM
-    for torch._scaled_mm, 16 seeds) gave 1.99e-3 to 2.10e-3: two chained FP8 GEMMs of this size
-    sit at that bar by their quantization noise alone (one gives 6.7e-4). The test asserts 4e-3
-    and prints the value, so the bar's fate is read off a GPU run."""
-    from fp8quant.gemm import QuantizedActivation, calc_diff  # noqa: PLC0415
+    inter = w2.shape[-1]
+    fmt = fp8quant.quantize_activation(x[:4], backend).format
+    routing = fp8quant.moe_routing(ids, w1.shape[0])
+    q1, s1 = fp8quant.moe_dispatch_quant(x, routing, scale_layout=fmt.scale_layout)
+    y = torch.zeros(routing.m_indices.numel(), x.shape[1], dtype=torch.bfloat16, device="cuda")
+    offsets = routing.row_offsets.tolist()
+    for j in range(w1.shape[0]):
+        lo, hi = offsets[j], offsets[j + 1]
+        if hi == lo:
+            continue
+        s = s1[lo:hi].contiguous()  # this expert's rows of the logical [M_sum, G] scales, row-major
+        if fmt.scale_layout != "row":
+            s = fp8quant.convert_scales(s, "row", fmt.scale_layout)
+        g = fp8quant.linear(QuantizedActivation(q1[lo:hi], s, fmt), fp8quant.prepare_weight(w1[j], backend))
+        assert g.shape[1] == 2 * inter
+        q2, s2 = fp8quant.silu_mul_quant(g, scale_layout=fmt.scale_layout)
+        y[lo:hi] = fp8quant.linear(QuantizedActivation(q2, s2, fmt), fp8quant.prepare_weight(w2[j], backend))
+    return fp8quant.moe_combine(y, routing.inv_perm, weights.contiguous())
+
+
+def test_moe_layer_end_to_end(gen):
+    """The MoE layer through torch._scaled_mm against a float32 PyTorch MoE of the bf16 weights,
+    and beside the same layer through the reference GEMM (dequantize, float32 matmul).
+
+    Issue 14 asks for calc_diff < 2e-3. That bar is where the formats themselves land: four
+    e4m3 roundings (x, W1, silu(gate) * up, W2) on the way, each about 5e-4 of relative variance,
+    give 2.0e-3 to 2.1e-3 for any implementation (the layer with the reference GEMM, 8 seeds on
+    an H200). So the test bounds the layer at 2.5e-3 and holds the GPU path to within 3% of the
+    reference-GEMM layer on the same data: what the kernels and scaled_mm add to the formats'
+    error."""
+    from fp8quant.gemm import calc_diff  # noqa: PLC0415
 
     t, h, inter, e, k = 256, 1024, 512, 8, 2
     x = torch.randn(t, h, generator=gen, device="cuda").to(torch.bfloat16)
@@ -271,21 +298,6 @@ def test_moe_layer_end_to_end(gen):
     weights, ids = torch.topk(logits.softmax(-1), k)
     ids = ids.to(torch.int32)
 
-    routing = fp8quant.moe_routing(ids, e)
-    q1, s1 = fp8quant.moe_dispatch_quant(x, routing, scale_layout="mn_tma")
-    y = torch.zeros(routing.m_indices.numel(), h, dtype=torch.bfloat16, device="cuda")
-    offsets = routing.row_offsets.tolist()
-    fmt = fp8quant.quantize_activation(x[:4], "scaled_mm").format
-    for j in range(e):
-        lo, hi = offsets[j], offsets[j + 1]
-        if hi == lo:
-            continue
-        a1 = QuantizedActivation(q1[lo:hi], fp8quant.convert_scales(s1[lo:hi].contiguous(), "row", "mn_tma"), fmt)
-        g = fp8quant.linear(a1, fp8quant.prepare_weight(w1[j], "scaled_mm"))
-        q2, s2 = fp8quant.silu_mul_quant(g, scale_layout="mn_tma")
-        y[lo:hi] = fp8quant.linear(QuantizedActivation(q2, s2, fmt), fp8quant.prepare_weight(w2[j], "scaled_mm"))
-    out = fp8quant.moe_combine(y, routing.inv_perm, weights.contiguous())
-
     ref = torch.zeros(t, h, device="cuda")
     for j in range(e):
         rows, slot = (ids == j).nonzero(as_tuple=True)
@@ -293,6 +305,8 @@ def test_moe_layer_end_to_end(gen):
             gate_up = x[rows].float() @ w1[j].float().t()
             act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
             ref.index_add_(0, rows, (act @ w2[j].float().t()) * weights[rows, slot].unsqueeze(1))
-    diff = calc_diff(out.float(), ref)
-    print(f"end-to-end MoE layer: calc_diff {diff:.3e}")
-    assert diff < 4e-3
+    diff = calc_diff(moe_layer(x, w1, w2, ids, weights, "scaled_mm").float(), ref)
+    formats_diff = calc_diff(moe_layer(x, w1, w2, ids, weights, "reference").float(), ref)
+    print(f"end-to-end MoE layer: calc_diff {diff:.3e} (reference GEMM: {formats_diff:.3e})")
+    assert diff < 2.5e-3
+    assert abs(diff - formats_diff) < 0.03 * formats_diff

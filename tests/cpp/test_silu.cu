@@ -1,0 +1,94 @@
+// Checks on the GPU that the kernels' SiLU-and-mul on pairs of 16-bit elements (math::silu_mul2,
+// a fast path with an exact fallback) equals PyTorch's evaluation (math::silu_mul: accurate expf,
+// IEEE division, each step rounded to T), bit for bit, for every gate word: all 2^32 pairs of
+// bf16 or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random
+// up pair. Also that the packed product math::mul2 is the float32 product rounded to T for all
+// 2^32 pairs of values. A NaN may differ in payload only (the quantizers read every NaN alike).
+// Exit code 77 (skip) without a GPU.
+#include <cstdio>
+
+#include "common/math.cuh"
+
+namespace {
+
+__device__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The two elements of silu_mul<T>, packed.
+template <typename T>
+__device__ uint32_t expected(uint32_t gate, uint32_t up) {
+  const float2 g = fp8quant::math::unpack2(gate, T{}), u = fp8quant::math::unpack2(up, T{});
+  return fp8quant::math::pack2(fp8quant::math::silu_mul<T>(g.x, u.x), fp8quant::math::silu_mul<T>(g.y, u.y), T{});
+}
+
+// The 16-bit element holds a NaN.
+__device__ bool is_nan(uint32_t h, __nv_bfloat16) { return (h & 0x7FFFu) > 0x7F80u; }
+__device__ bool is_nan(uint32_t h, __half) { return (h & 0x7FFFu) > 0x7C00u; }
+
+// Both elements of the words equal, bit for bit or as NaNs.
+template <typename T>
+__device__ bool same(uint32_t a, uint32_t b) {
+  bool equal = true;
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t x = (a >> (16 * i)) & 0xFFFFu, y = (b >> (16 * i)) & 0xFFFFu;
+    equal &= x == y || (is_nan(x, T{}) && is_nan(y, T{}));
+  }
+  return equal;
+}
+
+// Counts: [0] gate words, [1] mismatches with up = (1, 1), [2] mismatches with a random up,
+// [3] mul2 mismatches (word w times its own halves swapped: every pair of values once per
+// element).
+template <typename T>
+__global__ void compare(unsigned long long* counts) {
+  const uint32_t one = fp8quant::math::pack2(1.0f, 1.0f, T{});
+  unsigned long long n = 0, bad_one = 0, bad_random = 0, bad_mul = 0;
+  for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w <= 0xFFFFFFFFull;
+       w += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t gate = uint32_t(w), up = uint32_t(splitmix64(w));
+    bad_one += !same<T>(fp8quant::math::silu_mul2<T>(gate, one), expected<T>(gate, one));
+    bad_random += !same<T>(fp8quant::math::silu_mul2<T>(gate, up), expected<T>(gate, up));
+    const uint32_t swapped = (gate >> 16) | (gate << 16);
+    const float2 a = fp8quant::math::unpack2(gate, T{}), b = fp8quant::math::unpack2(swapped, T{});
+    bad_mul += !same<T>(fp8quant::math::mul2(gate, swapped, T{}),
+                        fp8quant::math::pack2(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y), T{}));
+    ++n;
+  }
+  atomicAdd(&counts[0], n);
+  atomicAdd(&counts[1], bad_one);
+  atomicAdd(&counts[2], bad_random);
+  atomicAdd(&counts[3], bad_mul);
+}
+
+template <typename T>
+bool check(const char* name, unsigned long long* counts) {
+  cudaMemset(counts, 0, 4 * sizeof(*counts));
+  compare<T><<<132 * 16, 256>>>(counts);
+  unsigned long long h[4];
+  if (cudaMemcpy(h, counts, sizeof(h), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return false;
+  }
+  std::printf("%s: %llu gate words: %llu silu_mul2 mismatches with up = 1, %llu with a random up; "
+              "%llu mul2 mismatches\n", name, h[0], h[1], h[2], h[3]);
+  return h[0] == 0x100000000ull && h[1] == 0 && h[2] == 0 && h[3] == 0;
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  unsigned long long* counts;
+  cudaMalloc(&counts, 4 * sizeof(*counts));
+  const bool bf16_ok = check<__nv_bfloat16>("bf16", counts);
+  const bool fp16_ok = check<__half>("fp16", counts);
+  return bf16_ok && fp16_ok ? 0 : 1;
+}
