@@ -284,10 +284,10 @@ def test_moe_layer_end_to_end(gen):
 
     Issue 14 asks for calc_diff < 2e-3. That bar is where the formats themselves land: four
     e4m3 roundings (x, W1, silu(gate) * up, W2) on the way, each about 5e-4 of relative variance,
-    give 2.0e-3 to 2.1e-3 for any implementation (the layer with the reference GEMM, 8 seeds on
-    an H200). So the test bounds the layer at 2.5e-3 and holds the GPU path to within 3% of the
-    reference-GEMM layer on the same data: what the kernels and scaled_mm add to the formats'
-    error."""
+    give 1.99e-3 to 2.06e-3 with the reference GEMM (8 seeds on an H200), and the GPU path
+    within 0.25% of that on each seed. So the test bounds the layer at 2.5e-3 and holds the GPU
+    path to within 1% of the reference-GEMM layer on the same data: what the kernels and
+    scaled_mm add to the formats' error."""
     from fp8quant.gemm import calc_diff  # noqa: PLC0415
 
     t, h, inter, e, k = 256, 1024, 512, 8, 2
@@ -309,4 +309,4 @@ def test_moe_layer_end_to_end(gen):
     formats_diff = calc_diff(moe_layer(x, w1, w2, ids, weights, "reference").float(), ref)
     print(f"end-to-end MoE layer: calc_diff {diff:.3e} (reference GEMM: {formats_diff:.3e})")
     assert diff < 2.5e-3
-    assert abs(diff - formats_diff) < 0.03 * formats_diff
+    assert abs(diff - formats_diff) < 0.01 * formats_diff
