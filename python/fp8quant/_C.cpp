@@ -174,6 +174,30 @@ void moe_dispatch_quant_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h,
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// RMSNorm through device addresses (fp8quant_rms_norm; residual may be 0).
+void rms_norm_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int dtype, int64_t m, int64_t h,
+                  int64_t x_row_stride, int64_t residual_row_stride, float eps, uintptr_t y, int64_t y_row_stride,
+                  uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_rms_norm(
+      reinterpret_cast<const void*>(x), reinterpret_cast<void*>(residual), reinterpret_cast<const void*>(weight),
+      static_cast<fp8quant_dtype_t>(dtype), m, h, x_row_stride, residual_row_stride, eps, reinterpret_cast<void*>(y),
+      y_row_stride, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+// Fused RMSNorm + group quantization through device addresses (fp8quant_rms_norm_quant).
+void rms_norm_quant_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int dtype, int64_t m, int64_t h,
+                        int64_t x_row_stride, int64_t residual_row_stride, float eps, uintptr_t q,
+                        int64_t q_row_stride, uintptr_t scale, int layout, bool ue8m0, int64_t group_size,
+                        float quant_eps, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_rms_norm_quant(
+      reinterpret_cast<const void*>(x), reinterpret_cast<void*>(residual), reinterpret_cast<const void*>(weight),
+      static_cast<fp8quant_dtype_t>(dtype), m, h, x_row_stride, residual_row_stride, eps, reinterpret_cast<void*>(q),
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0,
+      group_size, quant_eps, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // The same from DLPack tensors of any framework (CuPy, JAX, ...): q [.., M, K] is the uint8 view
 // of the float8_e4m3fn output, with x's shape; scale has the layout's exact shape and strides,
 // backed by the whole padded buffer (fp8quant_scale_shape's numel): the kernel writes the padding
@@ -296,6 +320,15 @@ NB_MODULE(_C, mod) {
           nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"), nb::arg("group_size"),
           nb::arg("eps"), nb::arg("stream"),
           "fp8quant_moe_dispatch_quant on device addresses (row_offsets and counts 0 for the contiguous layout).");
+  mod.def("rms_norm_ptr", &rms_norm_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("dtype"),
+          nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"), nb::arg("eps"),
+          nb::arg("y"), nb::arg("y_row_stride"), nb::arg("stream"),
+          "fp8quant_rms_norm on device addresses (residual 0 for none), strides in elements.");
+  mod.def("rms_norm_quant_ptr", &rms_norm_quant_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"),
+          nb::arg("dtype"), nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"),
+          nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"),
+          nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("quant_eps"), nb::arg("stream"),
+          "fp8quant_rms_norm_quant on device addresses (residual 0 for none; q's row stride in bytes).");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
           nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),

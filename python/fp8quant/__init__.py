@@ -3,6 +3,7 @@ block-scaled FP8 GEMMs (DeepGEMM, CUTLASS, cuBLASLt via torch._scaled_mm, Triton
 
     q, scale = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")   # activations
     w_q, w_scale = fp8quant.per_block_quant(w)                                 # weights, 128 x 128
+    q, scale, residual = fp8quant.rms_norm_quant(x, norm_weight, residual=residual)  # norm + quant
     y = fp8quant.linear(x, fp8quant.prepare_weight(w))                         # FP8 GEMM (fp8quant.gemm)
 
 CUDA tensors run the kernels (compute capability 9.0 or 10.x); CPU tensors run :mod:`fp8quant.reference`.
@@ -16,6 +17,7 @@ from ._install import cmake_dir, cuda_version, include_dir, library_path
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
 from .moe import moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .norm import rms_norm, rms_norm_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .weights import per_block_quant, requantize_ue8m0
 from .gemm import (
@@ -61,6 +63,8 @@ __all__ = [
     "recipe",
     "reference",
     "requantize_ue8m0",
+    "rms_norm",
+    "rms_norm_quant",
     "scale_spec",
     "select_backend",
     "set_pdl",

@@ -17,6 +17,9 @@ of those outputs, a CUDA launch and a reference::
     q, scale = quant(x, 128, "mn_tma", False, 1e-4)            # allocates
     quant(x, 128, "mn_tma", False, 1e-4, out=(q, scale))        # into caller buffers
 
+An input the launch updates in place (a residual) is named in ``mutates``: the registered ops
+declare it mutated, and the reference returns its new value after the outputs.
+
 Eager calls on plain tensors (the common case in engines running prefill or decode without
 capture) check ``out=`` tensors, allocate and launch directly: a Python custom op's dispatch costs
 more host time than the kernel takes. Traced calls (``torch.compile``, ``make_fx``, fake tensors,
@@ -140,6 +143,7 @@ class Op:
         geometry: Callable[..., tuple[Buffer, ...]],
         launch: Callable[..., None],
         reference: Callable[..., tuple[torch.Tensor, ...]],
+        mutates: tuple[str, ...] = (),
         namespace: str = "fp8quant",
     ) -> None:
         self.name = name
@@ -152,22 +156,24 @@ class Op:
         self._launch = launch
         self._reference = reference
         self._labels = tuple(f"out[{i}] ({o})" for i, o in enumerate(outputs))
+        self._mutated = tuple(inputs.index(name) for name in mutates)
 
-        ins = ", ".join(f"Tensor {i}" for i in inputs)
+        alias = iter("abcdefghijklmnopqrstuvwxyz")
+        ins = ", ".join(f"Tensor({next(alias)}!) {i}" if i in mutates else f"Tensor {i}" for i in inputs)
         params = f", {params}" if params else ""
         rets = ", ".join("Tensor" for _ in outputs)  # one output: "(Tensor)" is a lone Tensor
         self.functional = torch.library.custom_op(
             f"{namespace}::{name}",
             self._functional_impl,
-            mutates_args=(),
+            mutates_args=mutates,
             schema=f"({ins}{params}) -> ({rets})",
         )
         self.functional.register_fake(self._fake_impl)
-        outs = ", ".join(f"Tensor({chr(ord('a') + i)}!) {o}" for i, o in enumerate(outputs))
+        outs = ", ".join(f"Tensor({next(alias)}!) {o}" for o in outputs)
         self.out_variant = torch.library.custom_op(
             f"{namespace}::{name}_out",
             self._out_impl,
-            mutates_args=outputs,
+            mutates_args=(*mutates, *outputs),
             schema=f"({ins}, {outs}{params}) -> ()",
         )
         self.out_variant.register_fake(lambda *args: None)
@@ -275,12 +281,16 @@ class Op:
         if inputs[0].device.type == "cuda":
             self._launch(*inputs, *outs, *params)
             return
-        # CPU: the reference, copied whole (padding included) into the outputs
-        for o, r, b in zip(outs, self._reference(*inputs, *params), buffers):
+        # CPU: the reference, copied whole (padding included) into the outputs, and the new
+        # values of the inputs updated in place
+        results = self._reference(*inputs, *params)
+        for o, r, b in zip(outs, results, buffers):
             if b.stride is None:
                 o.copy_(r)
             else:
                 o.as_strided((b.numel,), (1,)).copy_(r.as_strided((b.numel,), (1,)))
+        for i, r in zip(self._mutated, results[len(outs) :]):
+            inputs[i].copy_(r)
 
     def _check_out(self, out, buffers, inputs, *, traced: bool) -> tuple[torch.Tensor, ...]:
         """The caller's output tensors, checked against the geometry the op would allocate."""

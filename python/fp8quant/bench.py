@@ -263,6 +263,23 @@ def time_graph(call: Callable[[int], object], sets: int, calls: int) -> float:
     return statistics.median(_event_ms(graph.replay) for _ in range(REPLAYS)) * 1e3 / calls
 
 
+def fused_and_chain(
+    m: int, k: int, names: tuple[str, str], fused, chain, make_set, nbytes: int, set_bytes: int, copy_gbps: float,
+    rotation_bytes: int, chain_every: int,
+) -> list[Result]:
+    """Time ``fused(inputs)`` and the op chain ``chain(inputs)`` over rotated input sets from
+    ``make_set()`` (``set_bytes`` each); the chain, several launches a call, runs ``chain_every``
+    times fewer calls a graph. The sets are freed on return."""
+    sets = [make_set() for _ in range(rotation_sets(set_bytes, rotation_bytes))]
+    calls = graph_calls(len(sets), estimated_call_us(nbytes, copy_gbps))
+    chain_calls = max(1, calls // chain_every)
+    return [
+        Result(m, k, names[0], time_graph(lambda i: fused(sets[i]), len(sets), calls), nbytes, len(sets), calls),
+        Result(m, k, names[1], time_graph(lambda i: chain(sets[i]), len(sets), chain_calls), nbytes,
+                     len(sets), chain_calls),
+    ]  # fmt: skip
+
+
 def copy_bandwidth_gbps(device: torch.device) -> float:
     """Device-to-device bandwidth of ``dst.copy_(src)`` on COPY_BYTES, counting read and write.
 
@@ -500,6 +517,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: the MoE ops (dispatch + quantize, SiLU-and-mul + quantize, combine; T from --m, default "
         "4096; H from --k; k = 8 of 256 experts) against the copy bandwidth and the op chains they replace (GPU only)",
     )
+    parser.add_argument(
+        "--norm",
+        action="store_true",
+        help="instead: residual add + RMSNorm + group quantization (rms_norm_quant; M from --m, default 1 to 16384; "
+        "H from --k) against the copy bandwidth, the unfused pair and torch.compile of the reference (GPU only)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
     parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
@@ -527,6 +550,10 @@ def main(args: argparse.Namespace) -> int:
         from .bench_moe import run_moe  # noqa: PLC0415 - it imports this module
 
         return run_moe(args)
+    if args.norm:
+        from .bench_norm import run_norm  # noqa: PLC0415 - it imports this module
+
+        return run_norm(args)
     if args.host_overhead:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 

@@ -42,23 +42,6 @@ def torch_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
     return (gathered * (weights.unsqueeze(-1) * keep)).sum(1).to(y.dtype)
 
 
-def _fused_and_chain(
-    m: int, k: int, names: tuple[str, str], fused, chain, make_set, nbytes: int, set_bytes: int, copy_gbps: float,
-    rotation_bytes: int, chain_every: int,
-) -> list[bench.Result]:
-    """Time ``fused(inputs)`` and the op chain ``chain(inputs)`` over rotated input sets from
-    ``make_set()`` (``set_bytes`` each); the chain, several launches a call, runs ``chain_every``
-    times fewer calls a graph. The sets are freed on return."""
-    sets = [make_set() for _ in range(bench.rotation_sets(set_bytes, rotation_bytes))]
-    calls = bench.graph_calls(len(sets), bench.estimated_call_us(nbytes, copy_gbps))
-    chain_calls = max(1, calls // chain_every)
-    return [
-        bench.Result(m, k, names[0], bench.time_graph(lambda i: fused(sets[i]), len(sets), calls), nbytes, len(sets), calls),
-        bench.Result(m, k, names[1], bench.time_graph(lambda i: chain(sets[i]), len(sets), chain_calls), nbytes,
-                     len(sets), chain_calls),
-    ]  # fmt: skip
-
-
 def torch_routing(ids: torch.Tensor, e: int, align: int, rows: int) -> tuple[torch.Tensor, ...]:
     """The reference's routing as engines write it in PyTorch without a device-to-host read:
     a count by scatter_add, a stable argsort for each slot's rank, and scatters of the row maps
@@ -100,14 +83,14 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     # Routing: topk_ids read; counts, offsets, both row maps over the whole bound, inv_perm written
     bound = t * TOP_K + EXPERTS * 127
     nbytes = 4 * t * TOP_K * 2 + 8 * bound + 4 * (2 * EXPERTS + 1)
-    results = _fused_and_chain(
+    results = bench.fused_and_chain(
         t, h, ("moe_routing", "routing chain"),
         lambda s: moe_routing(s, EXPERTS, max_m_sum=bound), lambda s: torch_routing(s, EXPERTS, 128, bound),
         lambda: ids.clone(), nbytes, nbytes, copy_gbps, rotation_bytes, 8,
     )  # fmt: skip
 
     # Combine: the expert rows of the kept slots read, the output written, slot indices and weights
-    results += _fused_and_chain(
+    results += bench.fused_and_chain(
         t, h, ("moe_combine", "combine chain"),
         lambda s: moe_combine(s[0], rows, weights, out=s[1]), lambda s: torch_combine(s[0], rows, weights),
         lambda: (random(m_sum, h), torch.empty((t, h), dtype=dtype, device=device)),
@@ -117,7 +100,7 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     # Dispatch + quantize: each kept slot's token read, every row of q and the scales written
     tokens = routing.row_token.clamp(min=0).long()
     nbytes = kept * h * size + m_sum * h + 4 * scale_spec("mn_tma", m_sum, h // 128).numel
-    results += _fused_and_chain(
+    results += bench.fused_and_chain(
         t, h, ("dispatch+quant", "dispatch chain"),
         lambda x: moe_dispatch_quant(x, routing, scale_layout="mn_tma"),
         lambda x: per_token_group_quant(x[tokens], 128, scale_layout="mn_tma"),
@@ -126,7 +109,7 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
 
     # SiLU-and-mul + quantize on the contiguous layout
     nbytes = m_sum * INTERMEDIATE * (2 * size + 1) + 4 * scale_spec("mn_tma", m_sum, INTERMEDIATE // 128).numel
-    results += _fused_and_chain(
+    results += bench.fused_and_chain(
         m_sum, 2 * INTERMEDIATE, ("silu_mul_quant", "silu chain"),
         lambda x: silu_mul_quant(x, scale_layout="mn_tma"),
         lambda x: per_token_group_quant(reference.silu_and_mul(x), 128, scale_layout="mn_tma"),

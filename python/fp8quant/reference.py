@@ -8,6 +8,7 @@ quotient of two float32 numbers is never a double-rounding hazard: 53 >= 2*24 + 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -27,9 +28,12 @@ __all__ = [
     "per_token_group_quant",
     "quantize_groups",
     "requantize_ue8m0",
+    "rms_norm",
+    "rms_norm_quant",
     "silu_and_mul",
     "silu_mul_quant",
     "sm100_weight_scales",
+    "sum_of_squares",
     "ue8m0_round_up",
     "unpack_ue8m0",
 ]
@@ -500,3 +504,83 @@ def moe_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> t
         term = weights[:, j].float().unsqueeze(1) * flat[r.clamp(0, max(flat.shape[0] - 1, 0))].float()
         out = torch.where(keep, out + term, out)
     return out.to(y.dtype)
+
+
+# --- RMSNorm (docs/contract.md, "RMSNorm") --------------------------------------------------------
+
+
+def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError("x must be a bfloat16 or float16 tensor [M, H]")
+    if x.shape[1] % 16 or x.shape[1] == 0:
+        raise ValueError(f"H must be a positive multiple of 16, got {x.shape[1]}")
+    if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (x.shape[1],):
+        raise TypeError(f"weight must be a {x.dtype} tensor [{x.shape[1]}] (x's dtype and H)")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    if residual is not None and (
+        not isinstance(residual, torch.Tensor) or residual.dtype != x.dtype or residual.shape != x.shape
+    ):
+        raise TypeError(f"residual must be a {x.dtype} tensor of x's shape {tuple(x.shape)}")
+    for name, t in (("weight", weight), ("residual", residual)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
+
+
+def sum_of_squares(h: torch.Tensor) -> torch.Tensor:
+    """The float32 sum of squares of each row of ``h [M, H]`` (float32 holding 16-bit values, H a
+    multiple of 16) in the contract's order: each 16-element slice summed left to right; the
+    slice sums, zero-padded to ``32 * W`` (W the power of two >= ceil(H / 512)), folded by halves
+    within each run of 32 (offsets 16, 8, 4, 2, 1), then the W run totals folded by halves."""
+    m, n = h.shape[0], h.shape[1] // 16
+    squares = (h * h).view(m, n, 16)  # exact: a 16-bit value's square fits float32
+    s = squares[:, :, 0]
+    for j in range(1, 16):
+        s = s + squares[:, :, j]
+    runs = 1 << ((n + 31) // 32 - 1).bit_length()
+    s = torch.nn.functional.pad(s, (0, 32 * runs - n)).view(m, runs, 32)
+    width = 32
+    while width > 1:
+        width //= 2
+        s = s[:, :, :width] + s[:, :, width : 2 * width]
+    s = s[:, :, 0]
+    while runs > 1:
+        runs //= 2
+        s = s[:, :runs] + s[:, runs : 2 * runs]
+    return s[:, 0]
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Reference of :func:`fp8quant.rms_norm`: ``y = rms_norm(h) * weight`` of ``h = x +
+    residual`` (or x), in x's dtype (bfloat16 or float16), each step as PyTorch evaluates it on
+    tensors of that dtype: the sum in float32 rounded to the dtype; the sum of squares in float32
+    (:func:`sum_of_squares`' order); ``r = 1 / sqrt(sum / H + eps)``; ``h * r`` in float32
+    rounded to the dtype, times the weight, rounded. Returns y, or ``(y, h)`` with a residual
+    (the residual's new value; this reference writes nothing in place)."""
+    _check_norm_args(x, weight, eps, residual)
+    h = x if residual is None else (x.float() + residual.float()).to(x.dtype)
+    hf = h.float()
+    r = torch.reciprocal(torch.sqrt(sum_of_squares(hf) / x.shape[1] + eps))
+    y = (hf * r.unsqueeze(1)).to(x.dtype) * weight
+    return y if residual is None else (y, h)
+
+
+def rms_norm_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool | None = None,
+    quant_eps: float = 1e-10,
+) -> tuple[torch.Tensor, ...]:
+    """Reference of :func:`fp8quant.rms_norm_quant`: :func:`per_token_group_quant` of
+    :func:`rms_norm`'s y. Returns ``(q, scale)``, or ``(q, scale, h)`` with a residual."""
+    out = rms_norm(x, weight, eps, residual=residual)
+    y = out if residual is None else out[0]
+    q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=quant_eps)
+    return (q, scale) if residual is None else (q, scale, out[1])

@@ -229,6 +229,27 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
   return mul2(silu, up, T{});
 }
 
+// RMSNorm (docs/contract.md, "RMSNorm"), on pairs of 16-bit T packed in words (low element
+// first), each step as PyTorch evaluates it on tensors of T:
+//   x + residual   float32 sum, rounded to T;
+//   normalize      h * r in float32, rounded to T, times the weight, rounded to T
+// where r = 1 / sqrt(sum of squares / H + eps), IEEE square root and divisions.
+template <typename T>
+__device__ __forceinline__ uint32_t add2(uint32_t a, uint32_t b) {
+  const float2 x = unpack2(a, T{}), y = unpack2(b, T{});
+  return pack2(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y), T{});
+}
+
+__device__ __forceinline__ float rms_inverse(float sum_of_squares, int h, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sum_of_squares, static_cast<float>(h)), eps)));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t normalize2(uint32_t h, float r, uint32_t weight) {
+  const float2 v = unpack2(h, T{});
+  return mul2(pack2(__fmul_rn(v.x, r), __fmul_rn(v.y, r), T{}), weight, T{});
+}
+
 // Two 16-bit elements in one register, for the packed max below.
 template <typename T>
 struct Pair;

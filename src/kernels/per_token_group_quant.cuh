@@ -30,19 +30,10 @@
 #include "common/fast_divisor.hpp"
 #include "common/launch.cuh"
 #include "common/math.cuh"
+#include "kernels/group_slice.cuh"
 #include "kernels/per_token_group_quant.hpp"
 
 namespace fp8quant::kernels {
-
-constexpr int kElemsPerThread = 16;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
-
-// One thread's 16 elements as loaded: 32-bit words, low element first.
-template <typename T>
-struct Slice {
-  static constexpr int kWords = kElemsPerThread * sizeof(T) / sizeof(uint32_t);
-  uint32_t w[kWords];
-};
 
 // Where a team's group lies, and whether it is a real group or padding.
 struct GroupPos {
@@ -63,83 +54,6 @@ __device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) 
   pos.in_range = pos.m < p.rows;
   pos.valid = pos.m < p.m && pos.g < p.num_groups;
   return pos;
-}
-
-// Load 16 consecutive elements: 16-byte loads when aligned, else element by element.
-template <typename T, bool kAligned>
-__device__ __forceinline__ void load_slice(const T* src, Slice<T>& s) {
-  if constexpr (kAligned) {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords / 4; ++i) {
-      const uint4 r = __ldg(reinterpret_cast<const uint4*>(src) + i);
-      s.w[4 * i] = r.x;
-      s.w[4 * i + 1] = r.y;
-      s.w[4 * i + 2] = r.z;
-      s.w[4 * i + 3] = r.w;
-    }
-  } else if constexpr (sizeof(T) == 2) {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = h[2 * i] | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
-  } else {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = reinterpret_cast<const uint32_t*>(src)[i];
-  }
-}
-
-// Widen a slice to floats.
-template <typename T>
-__device__ __forceinline__ void unpack_slice(const Slice<T>& s, float (&v)[kElemsPerThread]) {
-#pragma unroll
-  for (int i = 0; i < kElemsPerThread / 2; ++i) {
-    float2 f;
-    if constexpr (sizeof(T) == 4) {
-      f = make_float2(__uint_as_float(s.w[2 * i]), __uint_as_float(s.w[2 * i + 1]));
-    } else {
-      f = math::unpack2(s.w[i], T{});
-    }
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
-// Ask L2 to fetch the bytes of the slice at src.
-template <typename T, bool kAligned>
-__device__ __forceinline__ void prefetch_slice(const T* src) {
-  constexpr int kBytes = kElemsPerThread * sizeof(T);
-  const char* bytes = reinterpret_cast<const char*>(src);
-#pragma unroll
-  for (int offset = 0; offset < kBytes; offset += 32) {  // one 32-byte sector each
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + offset)));
-  }
-  if constexpr (!kAligned) {  // an unaligned slice reaches into one more sector
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + kBytes - 1)));
-  }
-}
-
-// silu(gate) * up of two slices, element by element, into `gate` (as T: the pipeline after the
-// load sees x's dtype).
-template <typename T>
-__device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& up) {
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) {
-      gate.w[i] = __float_as_uint(math::silu_mul<T>(__uint_as_float(gate.w[i]), __uint_as_float(up.w[i])));
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) gate.w[i] = math::silu_mul2<T>(gate.w[i], up.w[i]);
-  }
-}
-
-// Max over the kThreads lanes of a team (teams are aligned runs of lanes).
-template <int kThreads>
-__device__ __forceinline__ float team_max(float v) {
-#pragma unroll
-  for (int offset = kThreads / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
 }
 
 template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned,
@@ -215,49 +129,18 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
   }
 
-  // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
-  float amax = team_max<kTeam>(math::abs_max<T>(slice.w));
-  float v[kElemsPerThread];
-  unpack_slice(slice, v);
-  const bool has_inf = amax == INFINITY;
-  if (__any_sync(kFullMask, has_inf)) {
-    float finite_amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) {
-      const float a = fabsf(v[i]);
-      finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
-    }
-    amax = team_max<kTeam>(finite_amax);
-  }
-  amax = fmaxf(amax, p.eps);
-
-  // Scale
-  float s = math::scale_from_amax(amax);
-  uint32_t e = 0;
-  if constexpr (kUE8M0) {
-    e = math::ue8m0_exponent(s);
-    s = math::ue8m0_to_float(e);
-  }
-
-  // Quantize
-  uint32_t out[kElemsPerThread / 4];
-  const auto quantize = [&](auto&& divide) {
-#pragma unroll
-    for (int i = 0; i < kElemsPerThread / 4; ++i) {
-      const uint32_t lo = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1]));
-      const uint32_t hi = math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3]));
-      out[i] = lo | (hi << 16);
-    }
-  };
-  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
+  // Reduce amax, scale, quantize
+  const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
+  const float s = out.s;
+  const uint32_t e = out.e;
 
   // Store q
   if (pos.valid) {
     if constexpr (kAligned) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(out[0], out[1], out[2], out[3]);
+      *reinterpret_cast<uint4*>(dst) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
     } else {
 #pragma unroll
-      for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
+      for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out.q[i / 4] >> (8 * (i % 4)));
     }
   }
 

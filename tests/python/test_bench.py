@@ -113,3 +113,11 @@ def test_torch_routing_chain_is_the_reference():
     names = ("counts", "row_offsets", "m_indices", "row_token", "inv_perm")
     for name, value in zip(names, got):
         assert torch.equal(value, getattr(want, name)), name
+
+
+def test_norm_mode_needs_a_gpu():
+    args = build_parser().parse_args(["bench", "--norm"])
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the norm bench runs there")
+    with pytest.raises(SystemExit, match=r"^--norm times the GPU kernels; no CUDA GPU was found$"):
+        args.run(args)

@@ -87,6 +87,9 @@ def run_cases() -> tuple[int, int]:
     for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60)):
         failures += not check_routing(t, k, e, rows, max_m, gen)  # the last overflows both bounds
         cases += 1
+    for m, h, layout, residual in ((1, 128, "packed_ue8m0", True), (5, 7168, "mn_tma", False), (130, 16384, "row", True)):
+        failures += not check_norm(m, h, layout, residual, gen)
+        cases += 1
     torch.cuda.synchronize()
     return cases, failures
 
@@ -149,6 +152,21 @@ def check_dispatch(t: int, k: int, e: int, layout: str, gen) -> bool:
         rq, rs = fp8quant.reference.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
         ok &= torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
     return bool(ok)
+
+
+def check_norm(m: int, h: int, layout: str, residual: bool, gen) -> bool:
+    """rms_norm_quant and rms_norm against their references, the residual updated in place."""
+    x = torch.randn(m, h, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.randn(h, device="cuda", generator=gen).to(torch.bfloat16)
+    res0 = torch.randn(m, h, device="cuda", generator=gen).to(torch.bfloat16) if residual else None
+    res = None if res0 is None else res0.clone()
+    got = fp8quant.rms_norm_quant(x, w, residual=res, scale_layout=layout)
+    want = fp8quant.reference.rms_norm_quant(x, w, residual=res0, scale_layout=layout)
+    ok = torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and all(
+        torch.equal(a, b) for a, b in zip(got[1:], want[1:])
+    )
+    y = fp8quant.rms_norm(x, w)
+    return ok and torch.equal(y, fp8quant.reference.rms_norm(x, w))
 
 
 def check_transforms(shape, gen) -> bool:

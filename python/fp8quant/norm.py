@@ -1,0 +1,185 @@
+"""RMSNorm, after an optional residual add, written in the input's dtype (:func:`rms_norm`) or
+quantized to FP8 in groups in the same pass (:func:`rms_norm_quant`): each op declared once
+(``fp8quant._ops.Op``), without and with the residual, which the kernel updates in place.
+Numerics: docs/contract.md, "RMSNorm"."""
+
+from __future__ import annotations
+
+import torch
+
+from . import reference
+from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
+from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
+from ._ops import Buffer, Op, TensorMeta
+from .layouts import scale_buffer
+
+__all__ = ["rms_norm", "rms_norm_quant"]
+
+
+# --- the ops ---------------------------------------------------------------------------------------
+
+
+def _norm_geometry(x: TensorMeta, *rest) -> tuple[Buffer]:
+    """y like x (any row stride with out=)."""
+    return (Buffer(x.dtype, x.shape),)
+
+
+def _quant_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    """q like x; the scale layout's buffer for H / group_size groups."""
+    group_size, scale_layout = rest[-4], rest[-3]
+    return Buffer(FP8_DTYPE, x.shape), scale_buffer(scale_layout, x.shape[0], x.shape[1] // group_size, ())
+
+
+def _launch_norm(x, residual, weight, y, eps) -> None:
+    launch(
+        extension().rms_norm_ptr, x.get_device(), x.data_ptr(), 0 if residual is None else residual.data_ptr(),
+        weight.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], x.stride(0),
+        0 if residual is None else residual.stride(0), eps, y.data_ptr(), y.stride(0),
+    )  # fmt: skip
+
+
+def _launch_quant(x, residual, weight, q, scale, eps, group_size, scale_layout, ue8m0, quant_eps) -> None:
+    launch(
+        extension().rms_norm_quant_ptr, x.get_device(), x.data_ptr(), 0 if residual is None else residual.data_ptr(),
+        weight.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], x.stride(0),
+        0 if residual is None else residual.stride(0), eps, q.data_ptr(), q.stride(0), scale.data_ptr(),
+        LAYOUT_CODES[scale_layout], ue8m0, group_size, quant_eps,
+    )  # fmt: skip
+
+
+_QUANT_PARAMS = "float eps, int group_size, str scale_layout, bool ue8m0, float quant_eps"
+
+_norm = Op(
+    "rms_norm",
+    inputs=("x", "weight"),
+    params="float eps",
+    outputs=("y",),
+    geometry=_norm_geometry,
+    launch=lambda x, weight, y, eps: _launch_norm(x, None, weight, y, eps),
+    reference=lambda x, weight, eps: (reference.rms_norm(x, weight, eps),),
+)
+_add_norm = Op(
+    "add_rms_norm",
+    inputs=("x", "residual", "weight"),
+    params="float eps",
+    outputs=("y",),
+    geometry=_norm_geometry,
+    launch=_launch_norm,
+    reference=lambda x, residual, weight, eps: reference.rms_norm(x, weight, eps, residual=residual),
+    mutates=("residual",),
+)
+_norm_quant = Op(
+    "rms_norm_quant",
+    inputs=("x", "weight"),
+    params=_QUANT_PARAMS,
+    outputs=("q", "scale"),
+    geometry=_quant_geometry,
+    launch=lambda x, weight, q, scale, *params: _launch_quant(x, None, weight, q, scale, *params),
+    reference=lambda x, weight, eps, group_size, scale_layout, ue8m0, quant_eps: reference.rms_norm_quant(
+        x, weight, eps, group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0, quant_eps=quant_eps
+    ),
+)
+_add_norm_quant = Op(
+    "add_rms_norm_quant",
+    inputs=("x", "residual", "weight"),
+    params=_QUANT_PARAMS,
+    outputs=("q", "scale"),
+    geometry=_quant_geometry,
+    launch=_launch_quant,
+    reference=lambda x, residual, weight, eps, group_size, scale_layout, ue8m0, quant_eps: reference.rms_norm_quant(
+        x, weight, eps, residual=residual, group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+        quant_eps=quant_eps,
+    ),
+    mutates=("residual",),
+)
+
+
+# --- the public functions ------------------------------------------------------------------------
+
+
+def _check(x, weight, eps, residual) -> None:
+    """What the geometry and the reference need; the C API judges the rest on the GPU (H at
+    most 16384, 16-byte alignment, overlaps)."""
+    reference._check_norm_args(x, weight, eps, residual)
+    if x.numel() and x.stride(1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    if residual is not None and residual.numel() and residual.stride(1) != 1:
+        raise ValueError(f"residual must have a contiguous last dimension, got strides {tuple(residual.stride())}")
+    if not weight.is_contiguous():
+        raise ValueError("weight must be contiguous")
+
+
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm of the rows of ``x``, after adding ``residual`` (updated in place to ``x +
+    residual``) when one is given: ``y = (h * r rounded to x's dtype) * weight`` with
+    ``r = 1 / sqrt(mean(h * h) + eps)`` in float32 (docs/contract.md, "RMSNorm").
+
+    Args:
+        x: ``[M, H]`` bfloat16 or float16, last dimension contiguous; H a multiple of 16 (at
+            most 16384 on the GPU).
+        weight: ``[H]`` of x's dtype, contiguous.
+        eps: added to the mean square.
+        residual: optional ``[M, H]`` of x's dtype, overwritten with ``x + residual`` (rounded
+            to x's dtype), the value the norm reads.
+        out: optional ``[M, H]`` of x's dtype to write y into (any row stride).
+
+    Returns:
+        ``y``, or ``(y, residual)`` with a residual.
+
+    Example::
+
+        y, residual = fp8quant.rms_norm(x, weight, 1e-6, residual=residual)
+    """
+    _check(x, weight, eps, residual)
+    outs = None if out is None else (out,)
+    if residual is None:
+        return _norm(x, weight, float(eps), out=outs)[0]
+    return _add_norm(x, residual, weight, float(eps), out=outs)[0], residual
+
+
+def rms_norm_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool | None = None,
+    quant_eps: float = 1e-10,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`rms_norm` and :func:`fp8quant.per_token_group_quant` in one pass: the normalized
+    rows are quantized in groups of ``group_size`` without being written, bit for bit the bytes
+    of the two ops one after the other.
+
+    Args:
+        x, weight, eps, residual: as :func:`rms_norm`.
+        group_size, scale_layout, ue8m0: as :func:`fp8quant.per_token_group_quant`.
+        quant_eps: the quantizer's lower bound of each group's amax
+            (:func:`fp8quant.per_token_group_quant`'s ``eps``).
+        out: optional ``(q, scale)`` to write into, as :func:`fp8quant.per_token_group_quant`
+            takes them.
+
+    Returns:
+        ``(q, scale)``, or ``(q, scale, residual)`` with a residual.
+
+    Example::
+
+        q, s, residual = fp8quant.rms_norm_quant(x, weight, 1e-6, residual=residual, scale_layout="mn_tma")
+    """
+    _check(x, weight, eps, residual)
+    ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
+    check_quant_args(x, group_size, quant_eps)
+    params = (float(eps), group_size, scale_layout, ue8m0, float(quant_eps))
+    if residual is None:
+        return _norm_quant(x, weight, *params, out=out)
+    q, scale = _add_norm_quant(x, residual, weight, *params, out=out)
+    return q, scale, residual

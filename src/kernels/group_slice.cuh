@@ -1,0 +1,155 @@
+// One thread's 16-element slice of a quantization group, shared by the kernels that quantize
+// rows in groups (per_token_group_quant.cuh, rms_norm.cuh): loading, widening, the MoE sources'
+// element-wise steps, and the group's amax, scale and e4m3 bytes (SPEC 1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/math.cuh"
+
+namespace fp8quant::kernels {
+
+constexpr int kElemsPerThread = 16;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// One thread's 16 elements as loaded: 32-bit words, low element first.
+template <typename T>
+struct Slice {
+  static constexpr int kWords = kElemsPerThread * sizeof(T) / sizeof(uint32_t);
+  uint32_t w[kWords];
+};
+
+// Load 16 consecutive elements: 16-byte loads when aligned, else element by element.
+template <typename T, bool kAligned>
+__device__ __forceinline__ void load_slice(const T* src, Slice<T>& s) {
+  if constexpr (kAligned) {
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords / 4; ++i) {
+      const uint4 r = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      s.w[4 * i] = r.x;
+      s.w[4 * i + 1] = r.y;
+      s.w[4 * i + 2] = r.z;
+      s.w[4 * i + 3] = r.w;
+    }
+  } else if constexpr (sizeof(T) == 2) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = h[2 * i] | (static_cast<uint32_t>(h[2 * i + 1]) << 16);
+  } else {
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) s.w[i] = reinterpret_cast<const uint32_t*>(src)[i];
+  }
+}
+
+// Widen a slice to floats.
+template <typename T>
+__device__ __forceinline__ void unpack_slice(const Slice<T>& s, float (&v)[kElemsPerThread]) {
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread / 2; ++i) {
+    float2 f;
+    if constexpr (sizeof(T) == 4) {
+      f = make_float2(__uint_as_float(s.w[2 * i]), __uint_as_float(s.w[2 * i + 1]));
+    } else {
+      f = math::unpack2(s.w[i], T{});
+    }
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+// Ask L2 to fetch the bytes of the slice at src.
+template <typename T, bool kAligned>
+__device__ __forceinline__ void prefetch_slice(const T* src) {
+  constexpr int kBytes = kElemsPerThread * sizeof(T);
+  const char* bytes = reinterpret_cast<const char*>(src);
+#pragma unroll
+  for (int offset = 0; offset < kBytes; offset += 32) {  // one 32-byte sector each
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + offset)));
+  }
+  if constexpr (!kAligned) {  // an unaligned slice reaches into one more sector
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(bytes + kBytes - 1)));
+  }
+}
+
+// silu(gate) * up of two slices, element by element, into `gate` (as T: the pipeline after the
+// load sees x's dtype).
+template <typename T>
+__device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& up) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) {
+      gate.w[i] = __float_as_uint(math::silu_mul<T>(__uint_as_float(gate.w[i]), __uint_as_float(up.w[i])));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) gate.w[i] = math::silu_mul2<T>(gate.w[i], up.w[i]);
+  }
+}
+
+// Max over the kThreads lanes of a team (teams are aligned runs of lanes).
+template <int kThreads>
+__device__ __forceinline__ float team_max(float v) {
+#pragma unroll
+  for (int offset = kThreads / 2; offset > 0; offset /= 2) {
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+// A slice quantized: its four words of e4m3 bytes (low element first), the group's scale s
+// and, with UE8M0 scales, s's byte e.
+template <bool kUE8M0>
+struct QuantizedSlice {
+  uint32_t q[kElemsPerThread / 4];
+  float s;
+  uint32_t e;
+};
+
+// Quantize the slice of each lane, a team of kTeam lanes holding one group (every lane of the
+// warp calls it).
+template <typename T, int kTeam, bool kUE8M0>
+__device__ __forceinline__ QuantizedSlice<kUE8M0> quantize_slice(const Slice<T>& slice, float eps) {
+  // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
+  float amax = team_max<kTeam>(math::abs_max<T>(slice.w));
+  float v[kElemsPerThread];
+  unpack_slice(slice, v);
+  const bool has_inf = amax == INFINITY;
+  if (__any_sync(kFullMask, has_inf)) {
+    float finite_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) {
+      const float a = fabsf(v[i]);
+      finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
+    }
+    amax = team_max<kTeam>(finite_amax);
+  }
+  amax = fmaxf(amax, eps);
+
+  // Scale
+  float s = math::scale_from_amax(amax);
+  uint32_t e = 0;
+  if constexpr (kUE8M0) {
+    e = math::ue8m0_exponent(s);
+    s = math::ue8m0_to_float(e);
+  }
+
+  // Quantize
+  QuantizedSlice<kUE8M0> result;
+  const auto quantize = [&](auto&& divide) {
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread / 4; ++i) {
+      const uint32_t lo = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1]));
+      const uint32_t hi = math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3]));
+      result.q[i] = lo | (hi << 16);
+    }
+  };
+  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
+
+  result.s = s;
+  result.e = e;
+  return result;
+}
+
+}  // namespace fp8quant::kernels

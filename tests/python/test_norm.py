@@ -1,0 +1,106 @@
+"""CPU tests of the RMSNorm references and ops (docs/contract.md, "RMSNorm"): hand-computed
+values, the contract's order of the sum of squares, agreement with torch.nn.functional.rms_norm
+within one rounding, the residual updated in place (eagerly and under torch.compile), the fused
+op equal to the pair, and argument checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8quant
+from fp8quant import reference as R
+
+
+def test_hand_values():
+    # One row of 16: h = x + residual = [3, 4, 0, ...]; mean square = 25 / 16; r = 1 / sqrt(25/16 + 0) = 0.8
+    x = torch.zeros(1, 16, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 1.0, 4.0
+    res = torch.zeros(1, 16, dtype=torch.bfloat16)
+    res[0, 0] = 2.0
+    w = torch.full((16,), 2.0, dtype=torch.bfloat16)
+    y, h = R.rms_norm(x, w, 0.0, residual=res)
+    assert h[0, :2].tolist() == [3.0, 4.0]
+    assert y[0, :2].tolist() == [4.8125, 6.40625]  # 3 * 0.8 and 4 * 0.8 rounded to bf16 (2.40625, 3.203125), times 2
+    assert y[0, 2:].abs().sum() == 0
+
+
+def test_sum_of_squares_order():
+    """The contract's order, spelled out for H = 1024: 64 slice sums, runs of 32 folded by halves,
+    then the two run totals added. A value that rounds away only in another order shows it."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 1024, generator=g).to(torch.bfloat16).float()
+    slices = []
+    for i in range(64):
+        s = h[:, 16 * i] * h[:, 16 * i]
+        for j in range(1, 16):
+            s = s + h[:, 16 * i + j] * h[:, 16 * i + j]
+        slices.append(s)
+    runs = []
+    for r in range(2):
+        v = slices[32 * r : 32 * r + 32]
+        while len(v) > 1:
+            half = len(v) // 2
+            v = [v[i] + v[i + half] for i in range(half)]
+        runs.append(v[0])
+    assert torch.equal(R.sum_of_squares(h), runs[0] + runs[1])
+    # Another order gives other bits for some rows: the test can tell orders apart
+    big = torch.randn(64, 7168, generator=g).to(torch.bfloat16).float()
+    assert not torch.equal(R.sum_of_squares(big), (big * big).sum(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("h", [128, 7168, 16384])
+def test_within_one_rounding_of_torch(h, dtype):
+    g = torch.Generator().manual_seed(h)
+    x = torch.randn(16, h, generator=g).to(dtype)
+    w = (1 + 0.5 * torch.randn(h, generator=g)).to(dtype)
+    y = R.rms_norm(x, w, 1e-6)
+    want = torch.nn.functional.rms_norm(x, (h,), w, 1e-6)
+    mantissa, min_exp = (7, -126) if dtype == torch.bfloat16 else (10, -14)  # below min_exp: subnormal spacing
+    ulp = torch.exp2(torch.floor(torch.log2(want.float().abs().clamp(min=1e-30))).clamp(min=min_exp) - mantissa)
+    assert bool(((y.float() - want.float()).abs() <= ulp).all())
+
+
+def test_ops_on_cpu_update_the_residual_and_match_the_composition():
+    g = torch.Generator().manual_seed(1)
+    x, res0 = torch.randn(5, 256, generator=g).to(torch.bfloat16), torch.randn(5, 256, generator=g).to(torch.bfloat16)
+    w = torch.randn(256, generator=g).to(torch.bfloat16)
+    res = res0.clone()
+    q, s, r = fp8quant.rms_norm_quant(x, w, residual=res, scale_layout="mn_tma")
+    assert r is res and torch.equal(res, (x.float() + res0.float()).to(torch.bfloat16))
+    y = R.rms_norm(x, w, residual=res0)[0]
+    q2, s2 = R.per_token_group_quant(y, 128, scale_layout="mn_tma")
+    assert torch.equal(q.view(torch.uint8), q2.view(torch.uint8)) and torch.equal(s, s2)
+    y2, r2 = fp8quant.rms_norm(x, w, residual=res0.clone())
+    assert torch.equal(y2, y) and torch.equal(r2, res)
+
+
+def test_compiled_residual_update():
+    g = torch.Generator().manual_seed(2)
+    x, res0 = torch.randn(4, 128, generator=g).to(torch.bfloat16), torch.randn(4, 128, generator=g).to(torch.bfloat16)
+    w = torch.randn(128, generator=g).to(torch.bfloat16)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, r: fp8quant.rms_norm(x, w, residual=r), fullgraph=True)
+    res = res0.clone()
+    y, _ = fn(x, w, res)
+    want_y, want_h = R.rms_norm(x, w, residual=res0)
+    assert torch.equal(y, want_y) and torch.equal(res, want_h)
+    torch._dynamo.reset()
+
+
+def test_argument_errors():
+    x = torch.randn(2, 128).to(torch.bfloat16)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="x must be a bfloat16 or float16 tensor"):
+        fp8quant.rms_norm(x.float(), w)
+    with pytest.raises(TypeError, match=r"weight must be a torch.bfloat16 tensor \[128\]"):
+        fp8quant.rms_norm(x, w[:64])
+    with pytest.raises(ValueError, match="H must be a positive multiple of 16, got 120"):
+        fp8quant.rms_norm(x[:, :120], w[:120])
+    with pytest.raises(TypeError, match="residual must be a torch.bfloat16 tensor of x's shape"):
+        fp8quant.rms_norm(x, w, residual=x[:1])
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        fp8quant.rms_norm(x, w, -1.0)
+    with pytest.raises(ValueError, match="must be a positive multiple of group_size"):
+        fp8quant.rms_norm_quant(x[:, :96], w[:96])

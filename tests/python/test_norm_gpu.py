@@ -1,0 +1,143 @@
+"""GPU tests of fp8quant.rms_norm_quant and fp8quant.rms_norm: the kernels bit-identical to the
+references run on the GPU (the fused op to the composition of the reference RMSNorm and the
+quantizer), through the shared harness (poisoned out= buffers with guards), with and without a
+residual (updated in place), every scale format, group sizes 32 to 128, M in {1, 3, 5, 127,
+4097}, H in {128, 7168, 16384}, bf16 and fp16; streams, CUDA graphs and torch.compile. Marked
+``gpu``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8quant
+from fp8quant import reference as R
+from fp8quant.norm import _add_norm, _add_norm_quant, _norm, _norm_quant
+from gpu_harness import assert_bitwise_equal, check_graph, check_op, check_side_stream, pdl_setting
+
+pytestmark = pytest.mark.gpu
+
+FORMATS = [
+    ("row", False), ("row", True), ("mn", False), ("mn", True), ("mn_tma", False), ("mn_tma", True),
+    ("packed_ue8m0", True),
+]  # fmt: skip
+FORMAT_IDS = [f"{lay}{'+ue8m0' if u and lay != 'packed_ue8m0' else ''}" for lay, u in FORMATS]
+EPS = 1e-6
+
+
+def inputs(m: int, h: int, dtype: torch.dtype, gen, residual: bool):
+    """x, weight and a residual (or None) of random values (never zeros), weights around 1."""
+    x = (torch.randn(m, h, generator=gen, device="cuda") * 3).to(dtype)
+    w = (1 + 0.5 * torch.randn(h, generator=gen, device="cuda")).to(dtype)
+    res = (torch.randn(m, h, generator=gen, device="cuda") * 2).to(dtype) if residual else None
+    return x, w, res
+
+
+def check_fused(x, w, res0, layout, ue8m0, group_size=128):
+    """rms_norm_quant against the reference (out= into poisoned buffers, then allocating), the
+    residual reset before and checked after each call."""
+    params = (EPS, group_size, layout, ue8m0, 1e-10)
+    ref = R.rms_norm_quant(x, w, EPS, residual=res0, group_size=group_size, scale_layout=layout, ue8m0=ue8m0)
+    res = None if res0 is None else res0.clone()
+
+    def call(out=None):
+        if res is not None:
+            res.copy_(res0)
+        got = fp8quant.rms_norm_quant(x, w, EPS, residual=res, group_size=group_size, scale_layout=layout,
+                                      ue8m0=ue8m0, out=out)  # fmt: skip
+        if res is not None:
+            assert got[2] is res
+            assert_bitwise_equal(res, ref[2], "residual after the call")
+        return got[:2]
+
+    buffers = _norm_quant.buffers(x, w, *params) if res is None else _add_norm_quant.buffers(x, res, w, *params)
+    check_op(call, ref[:2], buffers)
+    return call, ref, buffers
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=FORMAT_IDS)
+@pytest.mark.parametrize("m", [1, 3, 5, 127, 4097])
+def test_rms_norm_quant_formats(m, layout, ue8m0, residual, gen):
+    for h in (128, 7168, 16384) if m < 4097 else (7168,):
+        check_fused(*inputs(m, h, torch.bfloat16, gen, residual), layout, ue8m0)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rms_norm_quant_dtypes_and_groups(dtype, group_size, gen):
+    for h in (128, 640, 16384):  # G odd and even
+        for layout, ue8m0 in (("row", False), ("mn_tma", False), ("packed_ue8m0", True)):
+            check_fused(*inputs(129, h, dtype, gen, True), layout, ue8m0, group_size)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("m", [1, 3, 5, 127, 4097])
+def test_rms_norm(m, dtype, gen):
+    for h in (128, 7168, 16384):
+        for residual in (False, True):
+            x, w, res0 = inputs(m, h, dtype, gen, residual)
+            ref = R.rms_norm(x, w, EPS, residual=res0)
+            res = None if res0 is None else res0.clone()
+
+            def call(out=None):
+                if res is not None:
+                    res.copy_(res0)
+                got = fp8quant.rms_norm(x, w, EPS, residual=res, out=None if out is None else out[0])
+                if res is None:
+                    return (got,)
+                assert_bitwise_equal(res, ref[1], "residual after the call")
+                return (got[0],)
+
+            buffers = _norm.buffers(x, w, EPS) if res is None else _add_norm.buffers(x, res, w, EPS)
+            check_op(call, (ref,) if res is None else (ref[0],), buffers, x=x)
+
+
+def test_fused_equals_the_unfused_pair_and_torch(gen):
+    """The fused op writes the bytes of fp8quant.rms_norm followed by the quantizer, and the norm
+    is within one rounding of its dtype of torch.nn.functional.rms_norm."""
+    x, w, res0 = inputs(300, 7168, torch.bfloat16, gen, True)
+    r1, r2 = res0.clone(), res0.clone()
+    q, s, _ = fp8quant.rms_norm_quant(x, w, EPS, residual=r1, scale_layout="mn_tma")
+    y, _ = fp8quant.rms_norm(x, w, EPS, residual=r2)
+    q2, s2 = fp8quant.per_token_group_quant(y, 128, scale_layout="mn_tma")
+    assert torch.equal(q.view(torch.uint8), q2.view(torch.uint8)) and torch.equal(s, s2) and torch.equal(r1, r2)
+    torch_y = torch.nn.functional.rms_norm(r2, (7168,), w, EPS)
+    ulp = torch.exp2(torch.floor(torch.log2(torch_y.float().abs().clamp(min=1e-30))) - 7)
+    assert bool(((y.float() - torch_y.float()).abs() <= ulp).all())
+
+
+def test_empty_and_errors(gen):
+    x, w, res = inputs(0, 256, torch.bfloat16, gen, True)
+    q, s, r = fp8quant.rms_norm_quant(x, w, residual=res, scale_layout="mn_tma")
+    assert q.shape == (0, 256) and s.shape == (0, 2)
+    x, w, _ = inputs(4, 16400, torch.bfloat16, gen, False)
+    with pytest.raises(ValueError, match=r"^h: must be a positive multiple of 16, at most 16384, got 16400$"):
+        fp8quant.rms_norm(x, w)
+    wide = torch.randn(4, 264, generator=gen, device="cuda").to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^x: must be 16-byte aligned$"):
+        fp8quant.rms_norm(wide[:, 1:257], torch.ones(256, dtype=torch.bfloat16, device="cuda"))
+    x, w, res = inputs(4, 256, torch.bfloat16, gen, True)
+    with pytest.raises(ValueError, match=r"^residual: overlaps x$"):
+        fp8quant.rms_norm(x, w, residual=x)
+
+
+def test_stream_graph_compile(gen):
+    x, w, res0 = inputs(300, 7168, torch.bfloat16, gen, True)
+    call, ref, buffers = check_fused(x, w, res0, "packed_ue8m0", True)
+    check_side_stream(call, ref[:2], buffers)
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(call, lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
+                        lambda: R.rms_norm_quant(x, w, EPS, residual=res0, scale_layout="packed_ue8m0")[:2], buffers,
+                        variant="out")  # fmt: skip
+    torch._dynamo.reset()
+    fn = torch.compile(
+        lambda x, w, r: fp8quant.rms_norm_quant(x * 2, w, EPS, residual=r, scale_layout="mn_tma"), fullgraph=True,
+        dynamic=True,
+    )
+    res = res0.clone()
+    q, s, _ = fn(x, w, res)
+    rq, rs, rh = R.rms_norm_quant(x * 2, w, EPS, residual=res0, scale_layout="mn_tma")
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs) and torch.equal(res, rh)
+    torch._dynamo.reset()
