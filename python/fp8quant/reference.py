@@ -562,7 +562,9 @@ def rms_norm(
     _check_norm_args(x, weight, eps, residual)
     h = x if residual is None else (x.float() + residual.float()).to(x.dtype)
     hf = h.float()
-    r = torch.reciprocal(torch.sqrt(sum_of_squares(hf) / x.shape[1] + eps))
+    ss = sum_of_squares(hf)
+    # sum / H as a tensor division: PyTorch's CUDA kernels multiply by 1 / H for a Python divisor
+    r = torch.reciprocal(torch.sqrt(ss / torch.full_like(ss, x.shape[1]) + eps))
     y = (hf * r.unsqueeze(1)).to(x.dtype) * weight
     return y if residual is None else (y, h)
 

@@ -5,8 +5,10 @@
 //           row, token, masked row; then marks its padding rows. One more block marks the
 //           dropped slots and the rows past M_sum, and reports a bound that was too small in the
 //           status word.
-// Each thread of a block owns one strip of consecutive slots; strip totals are scanned across
-// the block once, so the only synchronization is one scan per kernel. Every block reads all
+// Each warp of a block owns one run of consecutive slots and walks it 32 slots a step, its lanes
+// reading consecutive ids (one 128-byte access a step); a slot's rank within the run comes from
+// ballots, and the runs' totals are scanned across the block once, so the only synchronization
+// is one scan per kernel. Every block reads all
 // t * k ids (L1- and L2-resident: 128 KiB at t = 4096, k = 8), so the work grows with
 // experts * slots: suited to decode and to prefill chunks up to a few hundred thousand slots.
 //
@@ -26,7 +28,7 @@
 
 namespace fp8quant::kernels {
 
-constexpr int kRoutingThreads = 1024;  // strips of 32 slots at t * k = 32768: one 128-byte line each
+constexpr int kRoutingThreads = 1024;
 constexpr int kRoutingWarps = kRoutingThreads / 32;
 
 // The local expert of slot s, or -1 for a dropped slot.
@@ -50,45 +52,35 @@ __device__ __forceinline__ int64_t block_sum(int64_t v, int64_t* smem) {
   return total;
 }
 
-// Sum of v over the threads before this one (every thread calls it).
-__device__ __forceinline__ int32_t block_exclusive_scan(int32_t v, int32_t* smem) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t inclusive = v;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int32_t up = __shfl_up_sync(0xFFFFFFFFu, inclusive, offset);
-    if (lane >= offset) inclusive += up;
-  }
-  if (lane == 31) smem[warp] = inclusive;
-  __syncthreads();
-  int32_t before = 0;
-#pragma unroll
-  for (int w = 0; w < kRoutingWarps; ++w) before += w < warp ? smem[w] : 0;
-  return before + inclusive - v;
-}
-
-// This thread's strip of slots, [begin, end).
-struct Strip {
+// This warp's run of slots, [begin, end): whole steps of 32, the last run cut at the end.
+struct Run {
   int32_t begin, end;
 };
-__device__ __forceinline__ Strip strip(const RoutingProblem& p) {
-  const int32_t per = (p.slots + kRoutingThreads - 1) / kRoutingThreads;
-  const int32_t begin = min(static_cast<int32_t>(threadIdx.x) * per, p.slots);
+__device__ __forceinline__ Run warp_run(const RoutingProblem& p) {
+  const int32_t per = (p.slots + kRoutingThreads - 1) / kRoutingThreads * 32;
+  const int32_t begin = min(static_cast<int32_t>(threadIdx.x / 32) * per, p.slots);
   return {begin, min(begin + per, p.slots)};
 }
 
-// visit(s, expert) for each slot of the strip in order, its ids loaded kBatch at a time.
+// No slot: a lane past the end of its run.
+constexpr int64_t kNoSlot = -2;
+
+// visit(s, expert) on every lane for each step of the run in order (lane i at slot step + i;
+// expert kNoSlot past the end), its ids loaded kBatch steps at a time. Every lane calls visit,
+// so it may use warp votes.
 template <typename IdT, typename Visit>
-__device__ __forceinline__ void for_each_slot(const RoutingProblem& p, Strip st, Visit&& visit) {
+__device__ __forceinline__ void for_each_step(const RoutingProblem& p, Run run, Visit&& visit) {
   constexpr int kBatch = 8;
-  for (int32_t base = st.begin; base < st.end; base += kBatch) {
+  const int32_t lane = threadIdx.x % 32;
+  for (int32_t base = run.begin; base < run.end; base += 32 * kBatch) {
     int64_t experts[kBatch];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) experts[i] = base + i < st.end ? local_expert<IdT>(p, base + i) : -1;
-#pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      if (base + i < st.end) visit(base + i, experts[i]);
+      const int32_t s = base + 32 * i + lane;
+      experts[i] = s < run.end ? local_expert<IdT>(p, s) : kNoSlot;
     }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) visit(base + 32 * i + lane, experts[i]);
   }
 }
 
@@ -108,7 +100,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_count_kernel(const __grid
 
   // Count this expert's slots
   int64_t mine = 0;
-  for_each_slot<IdT>(p, strip(p), [&](int32_t, int64_t x) { mine += x == e; });
+  for_each_step<IdT>(p, warp_run(p), [&](int32_t, int64_t x) { mine += x == e; });
   const int64_t count = block_sum(mine, partial);
   if (threadIdx.x == 0) {
     p.counts[e] = static_cast<int32_t>(count);
@@ -121,7 +113,8 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   __shared__ int64_t partial[kRoutingWarps];
   __shared__ int32_t warp_totals[kRoutingWarps];
   const int32_t e = blockIdx.x;  // == p.experts: the block of dropped slots and trailing rows
-  const Strip st = strip(p);
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const Run run = warp_run(p);
 
   // Wait for the count kernel
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -134,8 +127,8 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
 
   if (e == p.experts) {
     // Dropped slots; rows past M_sum; the bound on M_sum
-    for_each_slot<IdT>(p, st, [&](int32_t s, int64_t x) {
-      if (x < 0) {
+    for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
+      if (x == -1) {
         p.inv_perm[s] = -1;
         if (p.masked_row != nullptr) p.masked_row[s] = -1;
       }
@@ -152,30 +145,39 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   }
   if (threadIdx.x == 0) p.row_offsets[e] = static_cast<int32_t>(min(first_row, int64_t{INT32_MAX}));
 
-  // Rank of the strip's first slot of this expert: its slots in the strips before
+  // Rank of the run's first slot of this expert: its slots in the runs before
   int32_t mine = 0;
-  for_each_slot<IdT>(p, st, [&](int32_t, int64_t x) { mine += x == e; });
-  int64_t rank = block_exclusive_scan(mine, warp_totals);
+  for_each_step<IdT>(p, run, [&](int32_t, int64_t x) { mine += x == e; });
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) mine += __shfl_xor_sync(0xFFFFFFFFu, mine, offset);
+  if (lane == 0) warp_totals[warp] = mine;
+  __syncthreads();
+  int64_t rank = 0;
+  for (int w = 0; w < warp; ++w) rank += warp_totals[w];
 
-  // Place the strip's slots of this expert in order
+  // Place the run's slots of this expert in order: each step's hits ranked by a ballot
   bool rows_overflow = false, max_m_overflow = false;
-  for_each_slot<IdT>(p, st, [&](int32_t s, int64_t x) {
-    if (x != e) return;
-    const int64_t row = first_row + rank;
-    if (row < p.rows) {
-      p.inv_perm[s] = static_cast<int32_t>(row);
-      p.m_indices[row] = e;
-      p.row_token[row] = s / p.k;
-    } else {
-      p.inv_perm[s] = -1;
-      rows_overflow = true;
+  for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
+    const bool hit = x == e;
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, hit);
+    if (hit) {
+      const int64_t my_rank = rank + __popc(ballot & ((1u << lane) - 1u));
+      const int64_t row = first_row + my_rank;
+      if (row < p.rows) {
+        p.inv_perm[s] = static_cast<int32_t>(row);
+        p.m_indices[row] = e;
+        p.row_token[row] = s / p.k;
+      } else {
+        p.inv_perm[s] = -1;
+        rows_overflow = true;
+      }
+      if (p.masked_row != nullptr) {
+        const bool fits = my_rank < p.max_m;
+        p.masked_row[s] = fits ? static_cast<int32_t>(int64_t{e} * p.max_m + my_rank) : -1;
+        max_m_overflow |= !fits;
+      }
     }
-    if (p.masked_row != nullptr) {
-      const bool fits = rank < p.max_m;
-      p.masked_row[s] = fits ? static_cast<int32_t>(int64_t{e} * p.max_m + rank) : -1;
-      max_m_overflow |= !fits;
-    }
-    ++rank;
+    rank += __popc(ballot);
   });
   if (rows_overflow) atomicOr(p.status, FP8QUANT_ROUTING_ROWS_OVERFLOW);
   if (max_m_overflow) atomicOr(p.status, FP8QUANT_ROUTING_MAX_M_OVERFLOW);

@@ -93,13 +93,13 @@ uint16_t bf16(float v) {  // exact for the values below
   return static_cast<uint16_t>(bits >> 16);
 }
 
-// One row of 128: x = [1, 4, 0...], residual = [2, 0...], weight 2: h = [3, 4, 0...], r = 0.8,
-// y = [4.8125, 6.40625, 0...] (docs/contract.md, "RMSNorm"); one group: amax 6.40625, scale
-// 6.40625 / 448, and q[1] = 448 (0x7E).
+// One row of 128: x = [12, 16, 0...], residual = [4, 0...], weight 2: h = [16, 16, 0...], mean
+// square 512 / 128 = 4, r = 0.5, y = [16, 16, 0...] (docs/contract.md, "RMSNorm"); one group:
+// amax 16, scale 16 / 448, q = [448, 448, 0...] (0x7E).
 void test_launch() {
   if (!have_gpu()) return;
   std::vector<uint16_t> x(128, 0), residual(128, 0), weight(128, bf16(2.0f));
-  x[0] = bf16(1.0f), x[1] = bf16(4.0f), residual[0] = bf16(2.0f);
+  x[0] = bf16(12.0f), x[1] = bf16(16.0f), residual[0] = bf16(4.0f);
   void *dx, *dr, *dw, *dy, *dq, *ds;
   cudaMalloc(&dx, 256), cudaMalloc(&dr, 256), cudaMalloc(&dw, 256), cudaMalloc(&dy, 256), cudaMalloc(&dq, 128);
   cudaMalloc(&ds, 16);
@@ -111,8 +111,8 @@ void test_launch() {
   std::vector<uint16_t> y(128), h(128);
   cudaMemcpy(y.data(), dy, 256, cudaMemcpyDeviceToHost);
   cudaMemcpy(h.data(), dr, 256, cudaMemcpyDeviceToHost);
-  EXPECT(h[0] == bf16(3.0f) && h[1] == bf16(4.0f));
-  EXPECT(y[0] == bf16(4.8125f) && y[1] == bf16(6.40625f) && y[2] == 0);
+  EXPECT(h[0] == bf16(16.0f) && h[1] == bf16(16.0f));
+  EXPECT(y[0] == bf16(16.0f) && y[1] == bf16(16.0f) && y[2] == 0);
 
   cudaMemcpy(dr, residual.data(), 256, cudaMemcpyHostToDevice);
   cudaMemset(ds, 0xA5, 16);
@@ -122,8 +122,8 @@ void test_launch() {
   float s[4];
   cudaMemcpy(q.data(), dq, 128, cudaMemcpyDeviceToHost);
   cudaMemcpy(s, ds, 16, cudaMemcpyDeviceToHost);
-  EXPECT(q[1] == 0x7E && q[2] == 0);
-  EXPECT(s[0] == 6.40625f / 448.0f && s[1] == 0.0f && s[2] == 0.0f && s[3] == 0.0f);  // padding rows zeroed
+  EXPECT(q[0] == 0x7E && q[1] == 0x7E && q[2] == 0);
+  EXPECT(s[0] == 16.0f / 448.0f && s[1] == 0.0f && s[2] == 0.0f && s[3] == 0.0f);  // padding rows zeroed
   cudaFree(dx), cudaFree(dr), cudaFree(dw), cudaFree(dy), cudaFree(dq), cudaFree(ds);
 }
 
