@@ -516,7 +516,7 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual
         raise ValueError(f"H must be a positive multiple of 16, got {x.shape[1]}")
     if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (x.shape[1],):
         raise TypeError(f"weight must be a {x.dtype} tensor [{x.shape[1]}] (x's dtype and H)")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:  # NaN fails too
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     if residual is not None and (
         not isinstance(residual, torch.Tensor) or residual.dtype != x.dtype or residual.shape != x.shape

@@ -35,7 +35,8 @@ def inputs(m: int, h: int, dtype: torch.dtype, gen, residual: bool):
 
 def check_fused(x, w, res0, layout, ue8m0, group_size=128):
     """rms_norm_quant against the reference (out= into poisoned buffers, then allocating), the
-    residual reset before and checked after each call."""
+    residual reset before and checked after each call. Returns a call without the check (one
+    that may be captured in a CUDA graph), the reference and the buffers."""
     params = (EPS, group_size, layout, ue8m0, 1e-10)
     ref = R.rms_norm_quant(x, w, EPS, residual=res0, group_size=group_size, scale_layout=layout, ue8m0=ue8m0)
     res = None if res0 is None else res0.clone()
@@ -45,13 +46,18 @@ def check_fused(x, w, res0, layout, ue8m0, group_size=128):
             res.copy_(res0)
         got = fp8quant.rms_norm_quant(x, w, EPS, residual=res, group_size=group_size, scale_layout=layout,
                                       ue8m0=ue8m0, out=out)  # fmt: skip
-        if res is not None:
-            assert got[2] is res
-            assert_bitwise_equal(res, ref[2], "residual after the call")
+        assert res is None or got[2] is res
         return got[:2]
 
+    def checked_call(out=None):
+        got = call(out)
+        if res is not None:
+            assert_bitwise_equal(res, ref[2], "residual after the call")
+        return got
+
     buffers = _norm_quant.buffers(x, w, *params) if res is None else _add_norm_quant.buffers(x, res, w, *params)
-    check_op(call, ref[:2], buffers)
+    check_op(checked_call, ref[:2], buffers)
+    call.residual = res
     return call, ref, buffers
 
 
@@ -131,6 +137,7 @@ def test_stream_graph_compile(gen):
             check_graph(call, lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
                         lambda: R.rms_norm_quant(x, w, EPS, residual=res0, scale_layout="packed_ue8m0")[:2], buffers,
                         variant="out")  # fmt: skip
+            assert_bitwise_equal(call.residual, R.rms_norm(x, w, EPS, residual=res0)[1], "residual after the replay")
     torch._dynamo.reset()
     fn = torch.compile(
         lambda x, w, r: fp8quant.rms_norm_quant(x * 2, w, EPS, residual=r, scale_layout="mn_tma"), fullgraph=True,
