@@ -166,41 +166,43 @@ __device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
   return __half22float2(h);
 }
 
+// The bits of `v` as a To of the same size.
+template <typename To, typename From>
+__device__ __forceinline__ To bits_as(const From& v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To t;
+  memcpy(&t, &v, sizeof(t));
+  return t;
+}
+
+// Two 16-bit elements in one register.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+template <>
+struct Pair<__half> {
+  using type = __half2;
+};
+
 // Two floats rounded to nearest even in 16-bit T, packed (low element first).
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  uint32_t w;
-  memcpy(&w, &h, sizeof(w));
-  return w;
+  return bits_as<uint32_t>(__floats2bfloat162_rn(lo, hi));
 }
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  uint32_t w;
-  memcpy(&w, &h, sizeof(w));
-  return w;
+  return bits_as<uint32_t>(__floats2half2_rn(lo, hi));
 }
 
 // The products of two pairs of 16-bit T packed in words, each rounded once to T: the product
 // of two 16-bit values is exact in float32, so this is the float32 product rounded to T (PTX's
 // mul.rn on bf16x2 and f16x2 keeps subnormals; a NaN may carry another payload, which no
 // quantizer reads).
-__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, __nv_bfloat16) {
-  __nv_bfloat162 x, y;
-  memcpy(&x, &a, sizeof(a));
-  memcpy(&y, &b, sizeof(b));
-  const __nv_bfloat162 p = __hmul2(x, y);
-  uint32_t w;
-  memcpy(&w, &p, sizeof(w));
-  return w;
-}
-__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, __half) {
-  __half2 x, y;
-  memcpy(&x, &a, sizeof(a));
-  memcpy(&y, &b, sizeof(b));
-  const __half2 p = __hmul2(x, y);
-  uint32_t w;
-  memcpy(&w, &p, sizeof(w));
-  return w;
+template <typename T>
+__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
+  using T2 = typename Pair<T>::type;
+  return bits_as<uint32_t>(__hmul2(bits_as<T2>(a), bits_as<T2>(b)));
 }
 
 // silu(g) * u for two elements of 16-bit T packed in a word (low element first), rounded to T
@@ -249,18 +251,6 @@ __device__ __forceinline__ uint32_t normalize2(uint32_t h, float r, uint32_t wei
   const float2 v = unpack2(h, T{});
   return mul2(pack2(__fmul_rn(v.x, r), __fmul_rn(v.y, r), T{}), weight, T{});
 }
-
-// Two 16-bit elements in one register, for the packed max below.
-template <typename T>
-struct Pair;
-template <>
-struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-};
-template <>
-struct Pair<__half> {
-  using type = __half2;
-};
 
 // m[0] = op over m[0..kN), as a tree of depth log2(kN) (m is overwritten).
 template <int kN, typename V, typename Op>

@@ -7,7 +7,9 @@
 - the C headers and the CMake package (fp8quantConfig.cmake, its version file and targets);
 - every ELF file needs only glibc, libstdc++/libgcc and (the extension) libfp8quant, an allowlist
   that keeps the CUDA runtime, libtorch and libc10 out of DT_NEEDED; the extension finds
-  libfp8quant through $ORIGIN.
+  libfp8quant through $ORIGIN;
+- and it prints, for every ELF file, the highest GLIBC_, GLIBCXX_ and CXXABI_ symbol versions it
+  needs: the glibc and libstdc++ it can load with, so a change that raises that floor shows.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import zipfile
 
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.gnuversions import GNUVerNeedSection
 
 SYSTEM = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0", "libgcc_s.so.1",
           "libstdc++.so.6", "ld-linux-x86-64.so.2"}
@@ -41,6 +44,22 @@ def dynamic_tags(data: bytes) -> tuple[list[str], list[str]]:
                 elif tag.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
                     runpath.append(getattr(tag, "runpath", None) or tag.rpath)
     return needed, runpath
+
+
+def version_floors(data: bytes) -> dict[str, str]:
+    """The highest version an ELF file needs of each of GLIBC_, GLIBCXX_ and CXXABI_
+    (``{"GLIBC": "2.34", ...}``), from its version-needed section."""
+    best: dict[str, tuple[int, ...]] = {}
+    for section in ELFFile(io.BytesIO(data)).iter_sections():
+        if not isinstance(section, GNUVerNeedSection):
+            continue
+        for _, auxiliaries in section.iter_versions():
+            for aux in auxiliaries:
+                prefix, _, number = aux.name.partition("_")
+                if prefix in ("GLIBC", "GLIBCXX", "CXXABI") and number[:1].isdigit():
+                    version = tuple(int(part) for part in number.split(".") if part.isdigit())
+                    best[prefix] = max(best.get(prefix, ()), version)
+    return {prefix: ".".join(map(str, version)) for prefix, version in sorted(best.items())}
 
 
 def check(path: str) -> list[str]:
@@ -67,6 +86,8 @@ def check(path: str) -> list[str]:
                 continue
             needed, runpath = dynamic_tags(data)
             print(f"{name}: needs {', '.join(needed)}" + (f"; runpath {':'.join(runpath)}" if runpath else ""))
+            floors = version_floors(data)
+            print(f"{name}: highest symbol versions: " + ", ".join(f"{k}_{v}" for k, v in floors.items()))
             allowed = SYSTEM | ({"libfp8quant.so"} if name in extensions else set())
             for lib in needed:
                 if lib not in allowed:
