@@ -70,7 +70,7 @@ typedef enum fp8quant_routing_status {
  * @param topk_ids       int32 or int64 `[t, k]`, contiguous.
  * @param index_bits     32 or 64: the width of `topk_ids`' elements.
  * @param t              Tokens, >= 0.
- * @param k              Slots per token, in [1, 1024]; `t * k` at most 2^31 - 1.
+ * @param k              Slots per token, in [1, 1024]; `t * k` at most 2^31 - 1024.
  * @param num_experts    Local experts E, in [1, 65535].
  * @param expert_offset  Global id of local expert 0, >= 0.
  * @param align          Row alignment of each expert, in [1, 2^20].

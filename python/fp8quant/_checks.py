@@ -12,7 +12,7 @@ GROUP_SIZES = (32, 64, 128)
 FP8_DTYPE = torch.float8_e4m3fn
 # eps is used as a float32: it must stay positive and finite there.
 _FP32_TINY = torch.finfo(torch.float32).smallest_normal
-_FP32_MAX = torch.finfo(torch.float32).max
+FP32_MAX = torch.finfo(torch.float32).max
 
 
 def resolve_ue8m0(scale_layout: str, ue8m0: bool | None) -> bool:
@@ -42,7 +42,7 @@ def _check_last_dim(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
 
 
-def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
+def check_quant_args(x: torch.Tensor, group_size: int, eps: float, eps_name: str = "eps") -> None:
     _check_input(x, "x", "2-D [M, K] or 3-D [B, M, K]")
     if isinstance(group_size, bool) or not isinstance(group_size, int):
         raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
@@ -52,16 +52,17 @@ def check_quant_args(x: torch.Tensor, group_size: int, eps: float) -> None:
     if k == 0 or k % group_size != 0:
         raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of group_size ({group_size})")
     _check_last_dim(x, "x")
-    check_eps(eps)
+    check_eps(eps, eps_name)
 
 
-def check_eps(eps: float) -> None:
-    """eps is a finite float32 of at least the smallest normal float32 (the C API's rule)."""
+def check_eps(eps: float, name: str = "eps") -> None:
+    """eps (the argument ``name``) is a finite float32 of at least the smallest normal float32
+    (the C API's rule)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
+        raise TypeError(f"{name} must be a float, got {type(eps).__name__}")
     # Comparisons only (NaN fails both): math.isfinite cannot trace a symbolic float
-    if not (_FP32_TINY <= eps <= _FP32_MAX):
-        raise ValueError(f"eps must be a positive float32 number (in [{_FP32_TINY}, {_FP32_MAX}]), got {eps!r}")
+    if not (_FP32_TINY <= eps <= FP32_MAX):
+        raise ValueError(f"{name} must be a positive float32 number (in [{_FP32_TINY}, {FP32_MAX}]), got {eps!r}")
 
 
 def check_block_quant_args(w: torch.Tensor, block_size, ue8m0: bool, eps: float) -> None:

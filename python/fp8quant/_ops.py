@@ -201,6 +201,8 @@ class Op:
             if x.is_cuda:
                 self._launch(*inputs, *outs, *args[n_in:])
             else:
+                if out is None and self._mutated:  # with out=, _check_out did
+                    _check_apart(self.inputs, inputs, self._mutated, (), (), ())
                 self._run(inputs, outs, args[n_in:], buffers)
             return outs
         if out is None:
@@ -329,19 +331,23 @@ class Op:
                     "(fp8quant.empty_scale() does for scales)"
                 )
         if not traced and device.type == "cpu":
-            _check_apart(self.inputs, inputs, self._labels, out, buffers)  # the C API does this on the GPU
+            _check_apart(self.inputs, inputs, self._mutated, self._labels, out, buffers)  # the C API does on the GPU
         return tuple(out)
 
 
-def _check_apart(input_names, inputs, labels, outs, buffers) -> None:
-    """Outputs share no byte with the inputs or each other, and row-major outputs not with themselves."""
+def _check_apart(input_names, inputs, mutated, labels, outs, buffers) -> None:
+    """What the op writes (its outputs and the inputs it updates in place) shares no byte with
+    anything else it touches, and row-major outputs not with themselves."""
     for label, t, b in zip(labels, outs, buffers):
         if b.stride is None and not _rows_apart(t):
             raise ValueError(f"{label} must not overlap itself, got strides {tuple(t.stride())}")
-    named = [(n, t, None) for n, t in zip(input_names, inputs)]
-    named += [(label, t, b.numel) for label, t, b in zip(labels, outs, buffers)]
-    spans = [(name, t.untyped_storage().data_ptr(), _byte_range(t, numel)) for name, t, numel in named]
-    for i, (name_a, storage_a, (lo_a, hi_a)) in enumerate(spans):
-        for name_b, storage_b, (lo_b, hi_b) in spans[i + 1 :]:
-            if storage_a == storage_b and lo_a < hi_b and lo_b < hi_a:
-                raise ValueError(f"{name_b} overlaps {name_a}: outputs must not share memory with the inputs or each other")
+    named = [(n, t, None, i in mutated) for i, (n, t) in enumerate(zip(input_names, inputs))]
+    named += [(label, t, b.numel, True) for label, t, b in zip(labels, outs, buffers)]
+    spans = [(name, t.untyped_storage().data_ptr(), _byte_range(t, numel), written) for name, t, numel, written in named]
+    for i, (name_a, storage_a, (lo_a, hi_a), written_a) in enumerate(spans):
+        for name_b, storage_b, (lo_b, hi_b), written_b in spans[i + 1 :]:
+            if (written_a or written_b) and storage_a == storage_b and lo_a < hi_b and lo_b < hi_a:
+                raise ValueError(
+                    f"{name_b} overlaps {name_a}: what the op writes must not share memory with anything else it reads "
+                    "or writes"
+                )

@@ -21,6 +21,7 @@ import torch
 
 from . import _ext, bench
 from .layouts import empty_scale
+from .norm import rms_norm_quant
 from .quant import per_token_group_quant
 
 __all__ = ["HostResult", "host_overhead", "run_host"]
@@ -66,7 +67,7 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
     raw_args = (x.data_ptr(), _ext.DTYPE_CODES[dtype], 1, m, k, 0, k, q.data_ptr(), 0, k, s.data_ptr(),
                 _ext.LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream)  # fmt: skip
     noop = _noop_custom_op()
-    return {
+    calls = {
         "x.to(float8_e4m3fn)": lambda: x.to(torch.float8_e4m3fn),
         "torch.abs(x)": lambda: torch.abs(x),
         "empty Python custom_op": lambda: noop(x),
@@ -77,6 +78,13 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
         "_C DLPack tensors": lambda: ext.per_token_group_quant(x, q.view(torch.uint8), s, _ext.LAYOUT_CODES[layout], ue8m0,
                                                                128, 1e-10, stream),
     }
+    if dtype != torch.float32 and k % 16 == 0 and k <= 16384:  # what the RMSNorm kernels take
+        weight = torch.ones(k, dtype=dtype, device=device)
+        residual = bench.random_input(m, k, dtype, device)
+        calls["F.rms_norm(x)"] = lambda: torch.nn.functional.rms_norm(x, (k,), weight, 1e-6)
+        calls["rms_norm_quant(residual=)"] = lambda: rms_norm_quant(x, weight, 1e-6, residual=residual,
+                                                                    scale_layout=layout)  # fmt: skip
+    return calls
 
 
 def _time_us(call: Callable[[], object]) -> float:

@@ -20,7 +20,7 @@ __all__ = ["rms_norm", "rms_norm_quant"]
 
 
 def _norm_geometry(x: TensorMeta, *rest) -> tuple[Buffer]:
-    """y like x (any row stride with out=)."""
+    """y like x (with out=, any row stride the C API takes: 16-byte aligned rows)."""
     return (Buffer(x.dtype, x.shape),)
 
 
@@ -30,20 +30,23 @@ def _quant_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
     return Buffer(FP8_DTYPE, x.shape), scale_buffer(scale_layout, x.shape[0], x.shape[1] // group_size, ())
 
 
-def _launch_norm(x, residual, weight, y, eps) -> None:
-    launch(
-        extension().rms_norm_ptr, x.get_device(), x.data_ptr(), 0 if residual is None else residual.data_ptr(),
-        weight.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], x.stride(0),
-        0 if residual is None else residual.stride(0), eps, y.data_ptr(), y.stride(0),
+def _row_args(x, residual, weight, eps) -> tuple:
+    """The arguments both C functions start with: x, the residual (0 without one), the weight,
+    the dtype, M, H, the row strides and eps."""
+    return (
+        x.data_ptr(), 0 if residual is None else residual.data_ptr(), weight.data_ptr(), DTYPE_CODES[x.dtype],
+        x.shape[0], x.shape[1], x.stride(0), 0 if residual is None else residual.stride(0), eps,
     )  # fmt: skip
+
+
+def _launch_norm(x, residual, weight, y, eps) -> None:
+    launch(extension().rms_norm_ptr, x.get_device(), *_row_args(x, residual, weight, eps), y.data_ptr(), y.stride(0))
 
 
 def _launch_quant(x, residual, weight, q, scale, eps, group_size, scale_layout, ue8m0, quant_eps) -> None:
     launch(
-        extension().rms_norm_quant_ptr, x.get_device(), x.data_ptr(), 0 if residual is None else residual.data_ptr(),
-        weight.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0], x.shape[1], x.stride(0),
-        0 if residual is None else residual.stride(0), eps, q.data_ptr(), q.stride(0), scale.data_ptr(),
-        LAYOUT_CODES[scale_layout], ue8m0, group_size, quant_eps,
+        extension().rms_norm_quant_ptr, x.get_device(), *_row_args(x, residual, weight, eps), q.data_ptr(), q.stride(0),
+        scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0, group_size, quant_eps,
     )  # fmt: skip
 
 
@@ -128,7 +131,8 @@ def rms_norm(
         eps: added to the mean square.
         residual: optional ``[M, H]`` of x's dtype, overwritten with ``x + residual`` (rounded
             to x's dtype), the value the norm reads.
-        out: optional ``[M, H]`` of x's dtype to write y into (any row stride).
+        out: optional ``[M, H]`` of x's dtype to write y into; on the GPU its rows must be
+            16-byte aligned (pointer and row stride a multiple of 8 elements).
 
     Returns:
         ``y``, or ``(y, residual)`` with a residual.
@@ -166,7 +170,8 @@ def rms_norm_quant(
         quant_eps: the quantizer's lower bound of each group's amax
             (:func:`fp8quant.per_token_group_quant`'s ``eps``).
         out: optional ``(q, scale)`` to write into, as :func:`fp8quant.per_token_group_quant`
-            takes them.
+            takes them; on the GPU q's rows must be 16-byte aligned (pointer and row stride a
+            multiple of 16).
 
     Returns:
         ``(q, scale)``, or ``(q, scale, residual)`` with a residual.
@@ -177,7 +182,7 @@ def rms_norm_quant(
     """
     _check(x, weight, eps, residual)
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
-    check_quant_args(x, group_size, quant_eps)
+    check_quant_args(x, group_size, quant_eps, "quant_eps")
     params = (float(eps), group_size, scale_layout, ue8m0, float(quant_eps))
     if residual is None:
         return _norm_quant(x, weight, *params, out=out)

@@ -8,12 +8,11 @@ quotient of two float32 numbers is never a double-rounding hazard: 53 >= 2*24 + 
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 
-from ._checks import FP8_DTYPE, check_block_quant_args, check_quant_args, resolve_ue8m0
+from ._checks import FP8_DTYPE, FP32_MAX, check_block_quant_args, check_quant_args, resolve_ue8m0
 from .layouts import ScaleSpec, scale_spec
 
 __all__ = [
@@ -516,8 +515,8 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual
         raise ValueError(f"H must be a positive multiple of 16, got {x.shape[1]}")
     if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (x.shape[1],):
         raise TypeError(f"weight must be a {x.dtype} tensor [{x.shape[1]}] (x's dtype and H)")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:  # NaN fails too
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps <= FP32_MAX:  # NaN fails too
+        raise ValueError(f"eps must be a float32 number >= 0 (at most {FP32_MAX}), got {eps!r}")
     if residual is not None and (
         not isinstance(residual, torch.Tensor) or residual.dtype != x.dtype or residual.shape != x.shape
     ):
@@ -529,14 +528,17 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual
 
 def sum_of_squares(h: torch.Tensor) -> torch.Tensor:
     """The float32 sum of squares of each row of ``h [M, H]`` (float32 holding 16-bit values, H a
-    multiple of 16) in the contract's order: each 16-element slice summed left to right; the
-    slice sums, zero-padded to ``32 * W`` (W the power of two >= ceil(H / 512)), folded by halves
+    multiple of 16) in the contract's order: each 16-element slice summed left to right by fused
+    multiply-adds (``s = fma(v, v, s)``: one rounding a term); the slice sums, zero-padded to ``32 * W`` (W the power of two >= ceil(H / 512)), folded by halves
     within each run of 32 (offsets 16, 8, 4, 2, 1), then the W run totals folded by halves."""
     m, n = h.shape[0], h.shape[1] // 16
-    squares = (h * h).view(m, n, 16)  # exact: a 16-bit value's square fits float32
-    s = squares[:, :, 0]
-    for j in range(1, 16):
-        s = s + squares[:, :, j]
+    # fma(v, v, s) as float64 arithmetic rounded once to float32: v * v is exact in float64 and
+    # s + v * v is correctly rounded there, so the float32 rounding of it is fma's (53 >= 2 * 24 + 2)
+    squares = h.double().square().view(m, n, 16)
+    s = torch.zeros(m, n, dtype=torch.float64, device=h.device)
+    for j in range(16):
+        s = (s + squares[:, :, j]).float().double()
+    s = s.float()
     runs = 1 << ((n + 31) // 32 - 1).bit_length()
     s = torch.nn.functional.pad(s, (0, 32 * runs - n)).view(m, runs, 32)
     width = 32
@@ -582,6 +584,7 @@ def rms_norm_quant(
 ) -> tuple[torch.Tensor, ...]:
     """Reference of :func:`fp8quant.rms_norm_quant`: :func:`per_token_group_quant` of
     :func:`rms_norm`'s y. Returns ``(q, scale)``, or ``(q, scale, h)`` with a residual."""
+    check_quant_args(x, group_size, quant_eps, "quant_eps")
     out = rms_norm(x, weight, eps, residual=residual)
     y = out if residual is None else out[0]
     q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=quant_eps)

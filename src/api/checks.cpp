@@ -119,8 +119,8 @@ std::string float_text(float v) {
   return buf;
 }
 
-fp8quant_status_t check_eps(float eps) {
-  FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps >= std::numeric_limits<float>::min(), "eps",
+fp8quant_status_t check_eps(float eps, const char* name) {
+  FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps >= std::numeric_limits<float>::min(), name,
                      "must be finite and at least the smallest normal float32 (" +
                          float_text(std::numeric_limits<float>::min()) + "), got " + float_text(eps));
   return FP8QUANT_SUCCESS;

@@ -22,9 +22,9 @@ std::string float_text(float v);
 fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
                               const void* b, int64_t b_bytes);
 
-// eps is finite and at least FLT_MIN: below it eps / 448 rounds to 0 and an all-zero group or
-// block divides 0 by 0.
-fp8quant_status_t check_eps(float eps);
+// eps (the argument `name`) is finite and at least FLT_MIN: below it eps / 448 rounds to 0 and
+// an all-zero group or block divides 0 by 0.
+fp8quant_status_t check_eps(float eps, const char* name = "eps");
 
 // A [batch, rows, cols] tensor with a contiguous last dimension, its row and batch strides in
 // elements of `elem` bytes, and the names of its arguments ("x", "x_row_stride", ...).

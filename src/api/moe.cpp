@@ -18,6 +18,7 @@ constexpr int64_t kMaxSlots = 1024;                                // k: slots p
 constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;            // tokens go on grid.x
 constexpr int64_t kMaxHidden = (int64_t{1} << 31) - 1 - 65536;    // h is int32 on the device
 constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;               // rows and slots are int32 on the device
+constexpr int64_t kMaxRoutingSlots = (int64_t{1} << 31) - 1024;     // routing strides past the last slot by < 1024
 constexpr int64_t kMaxExperts = 65535;                              // one block each
 constexpr int64_t kMaxAlign = int64_t{1} << 20;
 
@@ -100,8 +101,9 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   // Values
   FP8QUANT_CHECK_ARG(index_bits == 32 || index_bits == 64, "index_bits", "must be 32 or 64, got " + to_string(index_bits));
   FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
-  FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxInt32 / k, "t",
-                     "must be in [0, " + to_string(kMaxInt32 / k) + "] (t * k slots fit in int32), got " + to_string(t));
+  FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxRoutingSlots / k, "t",
+                     "must be in [0, " + to_string(kMaxRoutingSlots / k) + "] (t * k <= 2^31 - 1024 slots, int32 on the device), got " +
+                         to_string(t));
   FP8QUANT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts, "num_experts",
                      "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(num_experts));
   FP8QUANT_CHECK_ARG(expert_offset >= 0, "expert_offset", "must be >= 0, got " + to_string(expert_offset));

@@ -65,7 +65,7 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
                        "must be 32, 64 or 128, got " + to_string(quant->group_size));
     FP8QUANT_CHECK_ARG(h % quant->group_size == 0, "h",
                        "must be a multiple of group_size (" + to_string(quant->group_size) + "), got " + to_string(h));
-    FP8QUANT_RETURN_IF_ERROR(check_eps(quant->eps));
+    FP8QUANT_RETURN_IF_ERROR(check_eps(quant->eps, "quant_eps"));
     num_groups = h / quant->group_size;
     fp8quant_scale_shape_t shape{};
     FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(quant->layout, 1, m, num_groups, &shape));

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
     }
   }
 
-  // Sum of squares: the slice in order (each square is exact in float32), then the folds
+  // Sum of squares: the slice in order, a fused multiply-add each (one rounding a term), then the folds
   float v[kElemsPerThread];
   unpack_slice(h, v);
   float partial = 0.0f;

@@ -95,7 +95,8 @@ void test_routing_validation() {
   r.bits = 16, expect_invalid(r, "index_bits");
   r = Routing(), r.k = 0, expect_invalid(r, "k");
   r = Routing(), r.t = -1, expect_invalid(r, "t");
-  r = Routing(), r.t = int64_t{1} << 29, expect_invalid(r, "t", "fit in int32");
+  r = Routing(), r.t = int64_t{1} << 29, expect_invalid(r, "t", "2^31 - 1024");
+  r = Routing(), r.t = (int64_t{1} << 28) - 127, expect_invalid(r, "t", "got 268435329");  // 8 t > 2^31 - 1024
   r = Routing(), r.experts = 0, expect_invalid(r, "num_experts");
   r = Routing(), r.experts = 65536, expect_invalid(r, "num_experts");
   r = Routing(), r.offset = -1, expect_invalid(r, "expert_offset");

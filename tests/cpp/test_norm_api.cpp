@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "expect.hpp"
@@ -65,7 +66,8 @@ void test_validation() {
   expect_invalid(c, "h", "multiple of group_size");
   c = Call(), c.m = -1, expect_invalid(c, "m");
   c = Call(), c.eps = -1.0f, expect_invalid(c, "eps");
-  c = Call(), c.quant_eps = 0.0f, expect_invalid(c, "eps");
+  c = Call(), c.quant_eps = 0.0f, expect_invalid(c, "quant_eps", "smallest normal float32");
+  c = Call(), c.eps = std::numeric_limits<float>::infinity(), expect_invalid(c, "eps");
   c = Call(), c.group_size = 16, expect_invalid(c, "group_size");
   c = Call(), c.layout = FP8QUANT_SCALE_PACKED_UE8M0, expect_invalid(c, "ue8m0");
   c = Call(), c.layout = static_cast<fp8quant_scale_layout_t>(9), expect_invalid(c, "scale_layout");

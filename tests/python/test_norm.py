@@ -5,6 +5,8 @@ op equal to the pair, and argument checks."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 
@@ -32,7 +34,7 @@ def test_sum_of_squares_order():
     h = torch.randn(3, 1024, generator=g).to(torch.bfloat16).float()
     slices = []
     for i in range(64):
-        s = h[:, 16 * i] * h[:, 16 * i]
+        s = h[:, 16 * i] * h[:, 16 * i]  # squares of these values are exact: no fused multiply-add needed
         for j in range(1, 16):
             s = s + h[:, 16 * i + j] * h[:, 16 * i + j]
         slices.append(s)
@@ -47,6 +49,42 @@ def test_sum_of_squares_order():
     # Another order gives other bits for some rows: the test can tell orders apart
     big = torch.randn(64, 7168, generator=g).to(torch.bfloat16).float()
     assert not torch.equal(R.sum_of_squares(big), (big * big).sum(1))
+
+
+def _round_to_float32(x: Fraction) -> Fraction:
+    """x rounded to the nearest float32, ties to even, subnormals included (x within range)."""
+    if x == 0:
+        return x
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # floor(log2 a) or one more
+    if Fraction(2) ** e > a:
+        e -= 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)
+    n = a / quantum
+    whole = n.numerator // n.denominator
+    rest = n - whole
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2):
+        whole += 1
+    return (1 if x > 0 else -1) * whole * quantum
+
+
+def test_slice_sums_are_fused_multiply_adds():
+    """A 16-element slice sums by fused multiply-adds (one rounding a term), checked in exact
+    rational arithmetic on bf16 values near 2^-72, whose squares fall below float32's normal
+    range and round: there a multiply then an add gives other sums, so the test tells them apart."""
+    g = torch.Generator().manual_seed(3)
+    h = (torch.randn(64, 16, generator=g) * 2.0**-72).to(torch.bfloat16).float()
+    got = R.sum_of_squares(h)  # one slice: the folds add zeros
+    fused, separate = [], []
+    for row in h.tolist():
+        f = s = Fraction(0)
+        for v in map(Fraction, row):
+            f = _round_to_float32(f + v * v)
+            s = _round_to_float32(s + _round_to_float32(v * v))
+        fused.append(f)
+        separate.append(s)
+    assert [Fraction(v) for v in got.tolist()] == fused
+    assert fused != separate
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -100,7 +138,25 @@ def test_argument_errors():
         fp8quant.rms_norm(x[:, :120], w[:120])
     with pytest.raises(TypeError, match="residual must be a torch.bfloat16 tensor of x's shape"):
         fp8quant.rms_norm(x, w, residual=x[:1])
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
-        fp8quant.rms_norm(x, w, -1.0)
+    for eps in (-1.0, float("nan"), float("inf"), 3.5e38):  # 3.5e38 is past the largest float32
+        with pytest.raises(ValueError, match=r"^eps must be a float32 number >= 0"):
+            fp8quant.rms_norm(x, w, eps)
     with pytest.raises(ValueError, match="must be a positive multiple of group_size"):
         fp8quant.rms_norm_quant(x[:, :96], w[:96])
+    for fn in (fp8quant.rms_norm_quant, R.rms_norm_quant):
+        with pytest.raises(ValueError, match=r"^quant_eps must be a positive float32 number"):
+            fn(x, w, quant_eps=0.0)
+
+
+def test_residual_must_not_overlap_what_the_op_reads():
+    """On the CPU as the C API does on the GPU: the residual, written in place, shares no byte
+    with x or the weight, with or without out=; read-only inputs may share memory."""
+    x = torch.randn(4, 128).to(torch.bfloat16)
+    w = torch.ones(128, dtype=torch.bfloat16)
+    for res, message in ((x, "residual overlaps x"), (w.expand(4, 128), "weight overlaps residual")):
+        for out in (None, torch.empty(4, 128, dtype=torch.bfloat16)):
+            with pytest.raises(ValueError, match=rf"^{message}: what the op writes"):
+                fp8quant.rms_norm(x, w, residual=res, out=out)
+    shared = torch.randn(2, 128).to(torch.bfloat16)
+    y = fp8quant.rms_norm(shared, shared[0])  # x and weight share memory, neither is written
+    assert torch.equal(y, R.rms_norm(shared, shared[0].clone()))

@@ -113,6 +113,20 @@ def test_fused_equals_the_unfused_pair_and_torch(gen):
     assert bool(((y.float() - torch_y.float()).abs() <= ulp).all())
 
 
+def test_subnormal_squares_without_eps(gen):
+    """bf16 values near 2^-72 have squares below float32's normal range, where a multiply and an
+    add would round twice: the kernels' fused multiply-adds match the reference's emulation of
+    them there too, and with eps = 0 those sums alone set r."""
+    x = (torch.randn(64, 7168, generator=gen, device="cuda") * 2.0**-72).to(torch.bfloat16)
+    w = (1 + 0.5 * torch.randn(7168, generator=gen, device="cuda")).to(torch.bfloat16)
+    assert bool((R.sum_of_squares(x.float()) < 2.0**-126).all())  # the sums are subnormal too
+    assert_bitwise_equal(fp8quant.rms_norm(x, w, 0.0), R.rms_norm(x, w, 0.0), "y")
+    q, s = fp8quant.rms_norm_quant(x, w, 0.0, scale_layout="mn_tma")
+    rq, rs = R.rms_norm_quant(x, w, 0.0, scale_layout="mn_tma")
+    assert_bitwise_equal(q, rq, "q")
+    assert_bitwise_equal(s, rs, "scale")
+
+
 def test_empty_and_errors(gen):
     x, w, res = inputs(0, 256, torch.bfloat16, gen, True)
     q, s, r = fp8quant.rms_norm_quant(x, w, residual=res, scale_layout="mn_tma")
