@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -50,16 +51,11 @@ void expect_invalid(const Call& call, const char* arg) {
   }
 }
 
-bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 // The call passes validation: without a GPU it reports NO_DEVICE; with one it runs on device
 // buffers at the same offsets from kX, kQ and kScale (1 MiB each, zero-filled).
 void expect_accepted(Call call, const char* what) {
   fp8quant_status_t st;
-  if (!has_gpu()) {
+  if (!have_gpu()) {
     st = call.run();
     if (st == FP8QUANT_ERROR_NO_DEVICE) return;
   } else {
@@ -223,8 +219,7 @@ uint16_t bf16(float f) {
 // One launch on a supported GPU: row 0 has amax 448 (scale 1), row 1 amax 672 (scale 1.5).
 // Returns whether it ran.
 bool test_launch() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (!have_gpu()) {
     Call c;  // well-formed: the library must report the missing device, not crash
     EXPECT(c.run() == FP8QUANT_ERROR_NO_DEVICE);
     EXPECT(std::strlen(fp8quant_last_error()) > 0);

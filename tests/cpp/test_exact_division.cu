@@ -4,21 +4,15 @@
 // 448; near overflow the remainder would be inf - inf). Then every finite float32 amax >= 0
 // through scale_from_amax, against IEEE amax / 448, and the reciprocal rcp_rn against __frcp_rn
 // for every scale the kernels can form (every float32 from kFastDivMinScale to FLT_MAX / 448).
-// Exit code 77 (skip) without a GPU.
+// Skipped (exit code kSkipped) without a GPU.
 #include <cfloat>
 #include <cstdio>
 #include <cstring>
 
 #include "common/math.cuh"
+#include "gpu.hpp"
 
 namespace {
-
-__device__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Counts: [0] samples, [1] float32 mismatches where |x/s| >= 2^-11 or x/s is a signed zero,
 // [2] e4m3 mismatches.
@@ -105,10 +99,9 @@ uint32_t float_bits(float f) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (!have_gpu()) {
     std::printf("no GPU: skipped\n");
-    return 77;
+    return kSkipped;
   }
   unsigned long long* counts;
   cudaMalloc(&counts, 3 * sizeof(*counts));

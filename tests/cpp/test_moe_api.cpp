@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -40,8 +41,7 @@ void expect_invalid(const Call& call, const char* arg, const char* text = "") {
 
 // Passes validation: NO_DEVICE without a GPU (with one, the fake addresses are not launched on)
 void expect_valid_without_gpu(const Call& call) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return;
+  if (have_gpu()) return;
   EXPECT(call.run() == FP8QUANT_ERROR_NO_DEVICE);
 }
 
@@ -88,8 +88,7 @@ struct Routing {
 };
 
 void test_routing_validation() {
-  int count = 0;
-  const bool gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  const bool gpu = have_gpu();
   Routing r;
   if (!gpu) EXPECT(r.run() == FP8QUANT_ERROR_NO_DEVICE);
   r.bits = 16, expect_invalid(r, "index_bits");
@@ -121,8 +120,7 @@ void test_silu_validation() {
                                    masked_m, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0, group_size, 1e-10f,
                                    nullptr);
   };
-  int count = 0;
-  const bool gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  const bool gpu = have_gpu();
   if (!gpu) EXPECT(run(128, nullptr, nullptr, 1) == FP8QUANT_ERROR_NO_DEVICE);
   const auto invalid = [](fp8quant_status_t st, const char* arg) { expect_invalid_argument(st, arg); };
   invalid(run(64, nullptr, nullptr, 1), "group_size");
@@ -142,8 +140,7 @@ void test_dispatch_validation() {
                                        group_size, 1e-10f, nullptr);
   };
   const auto invalid = [](fp8quant_status_t st, const char* arg) { expect_invalid_argument(st, arg); };
-  int count = 0;
-  if (!(cudaGetDeviceCount(&count) == cudaSuccess && count > 0)) {
+  if (!have_gpu()) {
     EXPECT(run(100, 128, nullptr, nullptr, kRows) == FP8QUANT_ERROR_NO_DEVICE);
     EXPECT(run(100, 128, offsets, counts, kRows) == FP8QUANT_ERROR_NO_DEVICE);
   }

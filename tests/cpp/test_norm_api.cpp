@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -44,11 +45,6 @@ struct Call {
                                    q_row_stride, scale, layout, ue8m0, group_size, quant_eps, nullptr);
   }
 };
-
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 void expect_invalid(const Call& call, const char* arg, const char* text = "") {
   expect_invalid_argument(call.run(), arg, text);

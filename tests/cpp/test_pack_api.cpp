@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -22,16 +23,11 @@ void expect_invalid(fp8quant_status_t st, const char* arg, const char* text = ""
   expect_invalid_argument(st, arg, text);
 }
 
-bool has_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 // Passes validation: NO_DEVICE without a GPU. With one, `call` (on fake addresses) is not run:
 // launches are test_launch's.
 template <typename Call>
 void expect_valid_without_gpu(Call call) {
-  if (!has_gpu()) EXPECT(call() == FP8QUANT_ERROR_NO_DEVICE);
+  if (!have_gpu()) EXPECT(call() == FP8QUANT_ERROR_NO_DEVICE);
 }
 
 void test_validation() {

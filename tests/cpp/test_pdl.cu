@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -134,7 +135,7 @@ int main() {
   int major = 0, minor = 0;
   if (fp8quant_check_device(&major, &minor) != FP8QUANT_SUCCESS) {
     std::printf("skipped: %s\n", fp8quant_last_error());
-    return 77;
+    return kSkipped;
   }
   Buffers b{};
   fp8quant_scale_shape_t shape{};

@@ -4,19 +4,13 @@
 // bf16 or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random
 // up pair. Also that the packed product math::mul2 is the float32 product rounded to T for all
 // 2^32 pairs of values. A NaN may differ in payload only (the quantizers read every NaN alike).
-// Exit code 77 (skip) without a GPU.
+// Skipped (exit code kSkipped) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
+#include "gpu.hpp"
 
 namespace {
-
-__device__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // The two elements of silu_mul<T>, packed.
 template <typename T>
@@ -81,10 +75,9 @@ bool check(const char* name, unsigned long long* counts) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (!have_gpu()) {
     std::printf("no GPU: skipped\n");
-    return 77;
+    return kSkipped;
   }
   unsigned long long* counts;
   cudaMalloc(&counts, 4 * sizeof(*counts));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "expect.hpp"
+#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -41,8 +42,7 @@ void expect_invalid(const Call& call, const char* arg, const char* text = "") {
 
 // Passes validation: NO_DEVICE without a GPU (the GPU case is test_launch's)
 void expect_valid_without_gpu(const Call& call) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return;
+  if (have_gpu()) return;
   EXPECT(call.run() == FP8QUANT_ERROR_NO_DEVICE);
 }
 
