@@ -529,16 +529,16 @@ def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual
 def sum_of_squares(h: torch.Tensor) -> torch.Tensor:
     """The float32 sum of squares of each row of ``h [M, H]`` (float32 holding 16-bit values, H a
     multiple of 16) in the contract's order: each 16-element slice summed left to right by fused
-    multiply-adds (``s = fma(v, v, s)``: one rounding a term); the slice sums, zero-padded to ``32 * W`` (W the power of two >= ceil(H / 512)), folded by halves
-    within each run of 32 (offsets 16, 8, 4, 2, 1), then the W run totals folded by halves."""
+    multiply-adds (``s = fma(v, v, s)``: one rounding a term); the slice sums, zero-padded to
+    ``32 * W`` (W the power of two >= ceil(H / 512)), folded by halves within each run of 32
+    (offsets 16, 8, 4, 2, 1), then the W run totals folded by halves."""
     m, n = h.shape[0], h.shape[1] // 16
     # fma(v, v, s) as float64 arithmetic rounded once to float32: v * v is exact in float64 and
     # s + v * v is correctly rounded there, so the float32 rounding of it is fma's (53 >= 2 * 24 + 2)
     squares = h.double().square().view(m, n, 16)
-    s = torch.zeros(m, n, dtype=torch.float64, device=h.device)
+    s = torch.zeros(m, n, dtype=torch.float32, device=h.device)
     for j in range(16):
-        s = (s + squares[:, :, j]).float().double()
-    s = s.float()
+        s = (s.double() + squares[:, :, j]).float()
     runs = 1 << ((n + 31) // 32 - 1).bit_length()
     s = torch.nn.functional.pad(s, (0, 32 * runs - n)).view(m, runs, 32)
     width = 32

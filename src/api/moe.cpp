@@ -102,8 +102,8 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   FP8QUANT_CHECK_ARG(index_bits == 32 || index_bits == 64, "index_bits", "must be 32 or 64, got " + to_string(index_bits));
   FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
   FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxRoutingSlots / k, "t",
-                     "must be in [0, " + to_string(kMaxRoutingSlots / k) + "] (t * k <= 2^31 - 1024 slots, int32 on the device), got " +
-                         to_string(t));
+                     "must be in [0, " + to_string(kMaxRoutingSlots / k) +
+                         "] (t * k <= 2^31 - 1024 slots, int32 on the device), got " + to_string(t));
   FP8QUANT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts, "num_experts",
                      "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(num_experts));
   FP8QUANT_CHECK_ARG(expert_offset >= 0, "expert_offset", "must be >= 0, got " + to_string(expert_offset));

@@ -9,7 +9,8 @@
 // reading consecutive ids (one 128-byte access a step); a slot's rank within the run comes from
 // ballots, and the runs' totals are summed across the block through shared memory (a few
 // barriers per kernel, none per step). Every block reads all t * k ids (L1- and L2-resident:
-// 128 KiB at t = 4096, k = 8), so the work grows with experts * slots: suited to decode and to prefill chunks up to a few hundred thousand slots.
+// 128 KiB at t = 4096, k = 8), so the work grows with experts * slots: suited to decode and to
+// prefill chunks up to a few hundred thousand slots.
 //
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
 // (docs/kernels.md); the placement kernel's wait also orders it after the count kernel.
