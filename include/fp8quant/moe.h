@@ -100,54 +100,71 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int in
  *        into `q [batch, m, n]` and `scale` exactly as fp8quant_per_token_group_quant() would
  *        quantize `y` (docs/contract.md, "MoE").
  *
- * Padding rows (`m_indices[r] < 0` for the contiguous MoE layout, rows `r >= masked_m[b]` of the
- * masked layout) are not read; their q bytes and scales are written as 0. Arguments and rules
- * are those of fp8quant_per_token_group_quant() (k is n; x's rows hold 2n elements, and x's
- * strides must also put the up half 16 bytes apart for the vectorized path), plus:
+ * Without `m_indices` and `masked_m` every row is quantized. With them, rows that hold no token
+ * are padding and are not read: their q bytes are not written, and their scales are written as
+ * 0 only inside a tile (the rows a grouped GEMM's tiles read); past the tiles nothing is written.
+ * Contiguous layout: a row is padding when `m_indices[r] < 0`; every row is in a tile, or with
+ * `used_rows` only the rows `r < *used_rows` (M_sum: `row_offsets + experts` of
+ * fp8quant_moe_routing()). Masked layout: rows `r >= masked_m[b]` are padding, and rows below
+ * `align_up(masked_m[b], align)` are in a tile. Arguments and rules are those of
+ * fp8quant_per_token_group_quant() (k is n; x's rows hold 2n elements, and x's strides must also
+ * put the up half 16 bytes apart for the vectorized path), plus:
  *
  * @param m_indices   int32 `[m]`, or null: the contiguous layout's expert of each row (-1:
  *                    padding). Only with `batch == 1`.
+ * @param used_rows   int32 `[1]`, or null: rows at or past `*used_rows` are not touched (only
+ *                    with `m_indices`).
  * @param masked_m    int32 `[batch]`, or null: rows in use per batch (the masked layout). Not
  *                    with `m_indices`.
+ * @param align       Rows per tile of the masked layout, in [1, 2^20] (128: DeepGEMM's tiles).
  * @param group_size  128: the kernel is built for DeepGEMM's 1 x 128 groups.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
                                                        int64_t m, int64_t n, int64_t x_batch_stride,
                                                        int64_t x_row_stride, const int32_t* m_indices,
-                                                       const int32_t* masked_m, void* q, int64_t q_batch_stride,
+                                                       const int32_t* used_rows, const int32_t* masked_m,
+                                                       int64_t align, void* q, int64_t q_batch_stride,
                                                        int64_t q_row_stride, void* scale,
                                                        fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float eps, cudaStream_t stream);
 
 /**
- * @brief Fused MoE dispatch + group quantization: tokens `x [tokens, h]` permuted into an
- *        expert-grouped layout by the routing metadata of fp8quant_moe_routing() and quantized
- *        per group as fp8quant_per_token_group_quant() does, reading each token once per
- *        destination row (docs/contract.md, "MoE").
+ * @brief Fused MoE dispatch + group quantization: each token of `x [tokens, h]` read once,
+ *        quantized per group as fp8quant_per_token_group_quant() does, and stored at the row of
+ *        each of its slots in an expert-grouped layout (docs/contract.md, "MoE"). The work grows
+ *        with the tokens, not with the layout's bound.
  *
- * Contiguous layout (`row_offsets` and `counts` null): `q [rows, h]`, row r holding token
- * `row_token[r]`. Masked layout: `q [experts, max_m, h]`, row `i` of expert e holding token
- * `row_token[row_offsets[e] + i]` for `i < counts[e]`, scales batched per expert. Rows without a
- * token (padding, a map entry of -1 or past `tokens`) are written as 0, q bytes and scales.
- * Arguments and rules are those of fp8quant_per_token_group_quant() for `q` and `scale`, plus:
+ * Contiguous layout (`row_offsets` given): `q [rows, h]`, slot rows from
+ * fp8quant_moe_routing()'s `inv_perm`. Masked layout (`row_offsets` null): `q [experts, max_m,
+ * h]`, flat slot rows `e * max_m + rank` from its `masked_row`, scales batched per expert. A
+ * row that holds no token is padding: its q bytes are not written; its scales are written as 0
+ * inside its expert's tile (contiguous: rows `[row_offsets[e] + counts[e], row_offsets[e + 1])`;
+ * masked: rows `[counts[e], align_up(counts[e], align))` of expert e); rows past the tiles
+ * (past M_sum) are not touched. Arguments and rules are those of
+ * fp8quant_per_token_group_quant() for `q` and `scale`, plus:
  *
  * @param x             Tokens `[tokens, h]`, last dimension contiguous.
- * @param tokens        Rows of `x`, >= 1 (without tokens every row is padding: zero-fill instead).
+ * @param tokens        Rows of `x`, >= 0 (0: nothing is written).
  * @param h             Elements per row, a positive multiple of 128.
  * @param x_row_stride  Elements between rows of `x`.
- * @param row_token     int32 `[rows]`: source token of each contiguous row, -1 on padding rows.
- * @param rows          Entries of `row_token` (the contiguous layout's rows).
- * @param row_offsets   int32 `[experts + 1]`, or null for the contiguous layout.
- * @param counts        int32 `[experts]`, or null for the contiguous layout.
- * @param experts       Experts of the masked layout (its batch); ignored for the contiguous one.
- * @param max_m         Rows per expert of the masked layout; ignored for the contiguous one.
+ * @param slot_rows     int32 `[tokens, k]`: the row of each slot (flat `e * max_m + rank` when
+ *                      masked); -1, or a row outside the layout, drops the slot.
+ * @param k             Slots per token, in [1, 1024]; `tokens * k` fits in int32.
+ * @param counts        int32 `[experts]`: tokens per expert.
+ * @param row_offsets   int32 `[experts + 1]`: first row of each expert (contiguous layout), or
+ *                      null for the masked layout.
+ * @param experts       Experts, in [1, 65535].
+ * @param align         Rows per tile of the masked layout, in [1, 2^20]; the contiguous layout's
+ *                      tiles come from `row_offsets`.
+ * @param rows          Rows of the contiguous layout (its bound); ignored when masked.
+ * @param max_m         Rows per expert of the masked layout, >= 1; 0 for the contiguous layout.
  * @param group_size    128.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(
-    const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride, const int32_t* row_token,
-    int64_t rows, const int32_t* row_offsets, const int32_t* counts, int64_t experts, int64_t max_m, void* q,
-    int64_t q_batch_stride, int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-    int64_t group_size, float eps, cudaStream_t stream);
+    const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride, const int32_t* slot_rows,
+    int64_t k, const int32_t* counts, const int32_t* row_offsets, int64_t experts, int64_t align, int64_t rows,
+    int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+    fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size, float eps, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

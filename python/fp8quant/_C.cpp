@@ -149,26 +149,27 @@ void moe_routing_ptr(uintptr_t topk_ids, int index_bits, int64_t t, int64_t k, i
 // Fused SiLU-and-mul + group quantization through device addresses (fp8quant_silu_mul_quant).
 void silu_mul_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t n, int64_t x_batch_stride,
                         int64_t x_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
-                        uintptr_t m_indices, uintptr_t masked_m, uintptr_t scale, int layout, bool ue8m0,
-                        int64_t group_size, float eps, uintptr_t stream) {
+                        uintptr_t m_indices, uintptr_t used_rows, uintptr_t masked_m, int64_t align, uintptr_t scale,
+                        int layout, bool ue8m0, int64_t group_size, float eps, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
   const fp8quant_status_t status = fp8quant_silu_mul_quant(
       reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, n, x_batch_stride,
-      x_row_stride, reinterpret_cast<const int32_t*>(m_indices), reinterpret_cast<const int32_t*>(masked_m),
-      reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale),
-      static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0, group_size, eps,
-      reinterpret_cast<cudaStream_t>(stream));
+      x_row_stride, i32(m_indices), i32(used_rows), i32(masked_m), align, reinterpret_cast<void*>(q), q_batch_stride,
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0,
+      group_size, eps, reinterpret_cast<cudaStream_t>(stream));
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
 // Fused MoE dispatch + group quantization through device addresses (fp8quant_moe_dispatch_quant).
 void moe_dispatch_quant_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride,
-                            uintptr_t row_token, int64_t rows, uintptr_t row_offsets, uintptr_t counts,
-                            int64_t experts, int64_t max_m, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
-                            uintptr_t scale, int layout, bool ue8m0, int64_t group_size, float eps, uintptr_t stream) {
+                            uintptr_t slot_rows, int64_t k, uintptr_t counts, uintptr_t row_offsets, int64_t experts,
+                            int64_t align, int64_t rows, int64_t max_m, uintptr_t q, int64_t q_batch_stride,
+                            int64_t q_row_stride, uintptr_t scale, int layout, bool ue8m0, int64_t group_size,
+                            float eps, uintptr_t stream) {
   const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
   const fp8quant_status_t status = fp8quant_moe_dispatch_quant(
       reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), tokens, h, x_row_stride,
-      i32(row_token), rows, i32(row_offsets), i32(counts), experts, max_m, reinterpret_cast<void*>(q),
+      i32(slot_rows), k, i32(counts), i32(row_offsets), experts, align, rows, max_m, reinterpret_cast<void*>(q),
       q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_scale_layout_t>(layout),
       ue8m0 ? 1 : 0, group_size, eps, reinterpret_cast<cudaStream_t>(stream));
   if (status != FP8QUANT_SUCCESS) throw_status(status);
@@ -311,15 +312,15 @@ NB_MODULE(_C, mod) {
           "fp8quant_moe_routing on device addresses (int32 outputs; masked_row may be 0 when max_m is 0).");
   mod.def("silu_mul_quant_ptr", &silu_mul_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
           nb::arg("n"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
-          nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("masked_m"), nb::arg("scale"), nb::arg("layout"),
-          nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
-          "fp8quant_silu_mul_quant on device addresses (m_indices and masked_m may be 0).");
+          nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("used_rows"), nb::arg("masked_m"), nb::arg("align"),
+          nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"),
+          nb::arg("stream"), "fp8quant_silu_mul_quant on device addresses (m_indices, used_rows and masked_m may be 0).");
   mod.def("moe_dispatch_quant_ptr", &moe_dispatch_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("tokens"),
-          nb::arg("h"), nb::arg("x_row_stride"), nb::arg("row_token"), nb::arg("rows"), nb::arg("row_offsets"),
-          nb::arg("counts"), nb::arg("experts"), nb::arg("max_m"), nb::arg("q"), nb::arg("q_batch_stride"),
-          nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"), nb::arg("group_size"),
-          nb::arg("eps"), nb::arg("stream"),
-          "fp8quant_moe_dispatch_quant on device addresses (row_offsets and counts 0 for the contiguous layout).");
+          nb::arg("h"), nb::arg("x_row_stride"), nb::arg("slot_rows"), nb::arg("k"), nb::arg("counts"),
+          nb::arg("row_offsets"), nb::arg("experts"), nb::arg("align"), nb::arg("rows"), nb::arg("max_m"), nb::arg("q"),
+          nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"),
+          nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
+          "fp8quant_moe_dispatch_quant on device addresses (row_offsets 0 for the masked layout).");
   mod.def("rms_norm_ptr", &rms_norm_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("dtype"),
           nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"), nb::arg("eps"),
           nb::arg("y"), nb::arg("y_row_stride"), nb::arg("stream"),

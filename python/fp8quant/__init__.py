@@ -5,6 +5,7 @@ block-scaled FP8 GEMMs (DeepGEMM, CUTLASS, cuBLASLt via torch._scaled_mm, Triton
     w_q, w_scale = fp8quant.per_block_quant(w)                                 # weights, 128 x 128
     q, scale, residual = fp8quant.rms_norm_quant(x, norm_weight, residual=residual)  # norm + quant
     y = fp8quant.linear(x, fp8quant.prepare_weight(w))                         # FP8 GEMM (fp8quant.gemm)
+    out = fp8quant.moe_layer(x, topk_ids, topk_weights, w13, w2)                # MoE layer (fp8quant.moe_layer)
 
 CUDA tensors run the kernels (compute capability 9.0 or 10.x); CPU tensors run :mod:`fp8quant.reference`.
 C++ programs link the same library: ``cmake_dir()`` (``python -m fp8quant --cmake-dir``) is the
@@ -16,7 +17,8 @@ from ._ext import pdl_enabled, set_pdl
 from ._install import cmake_dir, cuda_version, include_dir, library_path
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .quant import per_token_group_quant
-from .moe import moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
 from .norm import rms_norm, rms_norm_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .weights import per_block_quant, requantize_ue8m0
@@ -35,7 +37,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActivationFormat",
+    "ExpertWeights",
     "FormatMismatchError",
+    "MoELayer",
+    "MoeBounds",
     "QuantizedActivation",
     "QuantizedWeight",
     "RECIPES",
@@ -50,14 +55,17 @@ __all__ = [
     "empty_scale",
     "include_dir",
     "library_path",
+    "moe_bounds",
     "moe_combine",
     "moe_dispatch_quant",
+    "moe_layer",
     "moe_routing",
     "linear",
     "pack_ue8m0",
     "pdl_enabled",
     "per_block_quant",
     "per_token_group_quant",
+    "prepare_experts",
     "prepare_weight",
     "quantize_activation",
     "recipe",

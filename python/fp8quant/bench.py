@@ -514,8 +514,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--moe",
         action="store_true",
-        help="instead: the MoE ops (dispatch + quantize, SiLU-and-mul + quantize, combine; T from --m, default "
-        "4096; H from --k; k = 8 of 256 experts) against the copy bandwidth and the op chains they replace (GPU only)",
+        help="instead: a DeepSeek-V3 MoE layer (k = 8 of 256 experts, I = 2048; H from --k) and its ops at T from "
+        "--m (default 1 to 16384), static bounds, beside the engines' Triton chain around the same GEMMs, against "
+        "the weight-read floor and the copy bandwidth (GPU only)",
     )
     parser.add_argument(
         "--norm",

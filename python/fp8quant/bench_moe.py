@@ -1,126 +1,150 @@
-"""``python -m fp8quant bench --moe``: the MoE ops at DeepSeek-V3's shape (T tokens from --m,
-default 4096; H from --k, default 7168; k = 8 of E = 256 experts, about 3% of slots dropped;
-intermediate size 2048), each against the copy bandwidth for the bytes it must move and beside
-the chain of separate ops it replaces:
+"""``python -m fp8quant bench --moe``: one DeepSeek-V3 MoE layer (H = 7168 from --k, E = 256
+experts, top-8, intermediate size 2048, bf16) at every batch size engines run, T from --m
+(default 1, 4, 16, 64, 128, 512, 1024, 4096, 16384), each buffer sized by the static bounds
+engines give CUDA graphs (:func:`fp8quant.moe_bounds`), side by side with the engines' chain
+(:mod:`fp8quant.bench_engines`: Triton kernels around the same GEMMs, written here).
 
-- moe_dispatch_quant (contiguous layout, mn_tma scales): reads each kept slot's token row, writes
-  every row of q (padding included) and the scales; chain: PyTorch's gather, then fp8quant's
-  quantizer.
-- silu_mul_quant on the contiguous layout ``[M_sum, 2 * 2048]``: reads every row, writes q and
-  scales; chain: ``F.silu(gate) * up``, then fp8quant's quantizer.
-- moe_combine: reads the expert rows (one per kept slot), writes the output; chain: gather,
-  weight, sum in float32, cast.
-- moe_routing with ``max_m_sum = T * k + E * 127`` (the bound engines size buffers by, so no
-  synchronization): reads topk_ids, writes counts, offsets, the two row maps (every row of the
-  bound) and inv_perm; chain: the reference's PyTorch ops made synchronization-free
-  (:func:`torch_routing`). Latency-bound: its percentage says little.
+Layer rows (the whole layer per call; "% copy" is the share of the **weight-read floor**: the
+active experts' weight bytes at copy bandwidth, the bound of decode):
 
-Same method as the other modes: CUDA graphs of N calls over rotated buffer sets, median of the
-replays.
+- ``deep_gemm contiguous``, ``deep_gemm masked``, ``triton contiguous``, ``triton masked``:
+  :func:`fp8quant.moe_layer` on each backend and layout (DeepGEMM's rows when it imports);
+  ``backend="auto"`` runs the best of them by :data:`fp8quant.moe_layer.AUTO_PLAN`;
+- ``engines contiguous``, ``engines masked``: the engines' chain with DeepGEMM;
+- ``floor``: the active experts' weights at copy bandwidth.
+
+Op rows ("% copy" for the bytes of the rows that hold tokens): ``route+dispatch`` (moe_routing
+and moe_dispatch_quant, contiguous) beside ``engines quant+scatter``; ``silu masked`` and ``silu
+contiguous`` (silu_mul_quant on the first GEMM's output) beside the engines' SiLU + quant; and
+``combine`` beside ``engines gather``. The masked layout is timed up to T = 1024 (its buffers
+grow as E x T rows). Same method as the other modes: CUDA graphs of N calls over rotated input
+sets, median of the replays.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from . import bench, reference
-from .layouts import scale_spec
-from .moe import moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
-from .quant import per_token_group_quant
+from . import bench, bench_engines, grouped_gemm
+from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .moe_layer import ExpertWeights, _deep_gemm, moe_layer, prepare_experts
 
 __all__ = ["run_moe"]
 
 TOP_K = 8
 EXPERTS = 256
 INTERMEDIATE = 2048  # DeepSeek-V3's moe_intermediate_size
+TOKENS = (1, 4, 16, 64, 128, 512, 1024, 4096, 16384)
+MASKED_MAX_T = 1024  # the masked layout's buffers hold E x T rows
+LAYER_GRAPH_US = 3000.0  # work per graph replay for the layer rows
 
 
-def torch_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """What engines run without a fused kernel: gather the rows, weight them, sum in float32."""
-    keep = (rows >= 0).unsqueeze(-1)
-    gathered = y[rows.clamp(min=0).long()].float()  # [T, k, H]
-    return (gathered * (weights.unsqueeze(-1) * keep)).sum(1).to(y.dtype)
+def expert_weights(e: int, n: int, k: int, device: torch.device, gen: torch.Generator) -> ExpertWeights:
+    """Random weights ``[e, n, k]`` quantized in 128 x 128 blocks, a few experts at a time."""
+    chunks = [
+        prepare_experts((torch.randn((min(16, e - i), n, k), generator=gen, device=device) / k**0.5).to(torch.bfloat16))
+        for i in range(0, e, 16)
+    ]  # fmt: skip
+    return ExpertWeights(torch.cat([c.q for c in chunks]), torch.cat([c.scale for c in chunks]))
 
 
-def torch_routing(ids: torch.Tensor, e: int, align: int, rows: int) -> tuple[torch.Tensor, ...]:
-    """The reference's routing as engines write it in PyTorch without a device-to-host read:
-    a count by scatter_add, a stable argsort for each slot's rank, and scatters of the row maps
-    into ``rows`` rows (dropped slots land in one spare row)."""
-    t, k = ids.shape
-    flat = ids.reshape(-1).long()
-    valid = (flat >= 0) & (flat < e)
-    expert = torch.where(valid, flat, e)
-    counts = torch.zeros(e + 1, dtype=torch.int64, device=ids.device).scatter_add_(0, expert, torch.ones_like(expert))
-    offsets = torch.nn.functional.pad(torch.cumsum((counts[:e] + align - 1) // align * align, 0), (1, 0))
-    first = torch.nn.functional.pad(torch.cumsum(counts, 0), (1, 0))
-    order = torch.argsort(expert, stable=True)
-    rank = torch.empty_like(expert)
-    rank[order] = torch.arange(expert.numel(), device=ids.device) - first[expert[order]]
-    row = torch.where(valid, offsets[expert.clamp(max=e - 1)] + rank, rows)
-    m_indices = torch.full((rows + 1,), -1, dtype=torch.int32, device=ids.device)
-    row_token = torch.full((rows + 1,), -1, dtype=torch.int32, device=ids.device)
-    m_indices[row] = expert.to(torch.int32)
-    row_token[row] = (torch.arange(expert.numel(), device=ids.device) // k).to(torch.int32)
-    inv_perm = torch.where(valid, row, -1).to(torch.int32).view(t, k)
-    return counts[:e].to(torch.int32), offsets.to(torch.int32), m_indices[:rows], row_token[:rows], inv_perm
+def routed_tokens(t: int, h: int, device: torch.device, gen: torch.Generator):
+    """x ``[t, h]`` bf16, top-8 of 256 experts by a random softmax router (distinct per token)."""
+    x = torch.randn((t, h), generator=gen, device=device).to(torch.bfloat16)
+    weights, ids = torch.topk(torch.randn((t, EXPERTS), generator=gen, device=device).softmax(-1), TOP_K)
+    return x, ids.to(torch.int32), weights
 
 
-def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
+def time_calls(call, sets: int, est_us: float) -> float:
+    """bench.time_graph with about LAYER_GRAPH_US of work per replay."""
+    calls = sets * max(1, math.ceil(min(64, max(2, LAYER_GRAPH_US / est_us)) / sets))
+    return bench.time_graph(call, sets, calls), calls
+
+
+def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int, weights) -> list[bench.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(t)
-    ids = torch.randint(0, EXPERTS, (t, TOP_K), generator=gen, device=device, dtype=torch.int32)
-    ids[torch.rand((t, TOP_K), generator=gen, device=device) < 0.03] = -1
-    routing = reference.moe_routing(ids, EXPERTS)
-    rows = routing.inv_perm
-    weights = torch.rand((t, TOP_K), generator=gen, device=device)
-    kept = int((rows >= 0).sum())
-    m_sum = routing.m_indices.numel()
-    size = dtype.itemsize
+    w13, w2 = weights
+    bounds = moe_bounds(t, TOP_K, EXPERTS)
+    set_bytes = t * h * 2 + 8 * t * TOP_K
+    sets = [routed_tokens(t, h, device, gen) for _ in range(bench.rotation_sets(set_bytes, rotation_bytes))]
+    x0, ids0, w0 = sets[0]
+    routing = moe_routing(ids0, EXPERTS, max_m_sum=bounds.max_m_sum, max_m=bounds.max_m)
+    kept = t * TOP_K
+    active = int(torch.unique(ids0).numel())
+    weight_bytes = active * (w13.q[0].numel() + w2.q[0].numel() + 4 * (w13.scale[0].numel() + w2.scale[0].numel()))
+    results: list[bench.Result] = []
 
-    def random(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=gen, device=device).to(dtype)
+    def add(name: str, call, nbytes: int, est_us: float, n_sets: int) -> None:
+        us, calls = time_calls(call, n_sets, est_us)
+        results.append(bench.Result(t, h, name, us, nbytes, n_sets, calls))
 
-    # Routing: topk_ids read; counts, offsets, both row maps over the whole bound, inv_perm written
-    bound = t * TOP_K + EXPERTS * 127
-    nbytes = 4 * t * TOP_K * 2 + 8 * bound + 4 * (2 * EXPERTS + 1)
-    results = bench.fused_and_chain(
-        t, h, ("moe_routing", "routing chain"),
-        lambda s: moe_routing(s, EXPERTS, max_m_sum=bound), lambda s: torch_routing(s, EXPERTS, 128, bound),
-        lambda: ids.clone(), nbytes, nbytes, copy_gbps, rotation_bytes, 8,
-    )  # fmt: skip
+    # Ops: real rows' bytes. Route + dispatch: ids and x read; q rows, scales and the row maps written
+    g = h // 128
+    nbytes = t * h * 2 + kept * (h + 4 * g) + 4 * t * TOP_K * 3
+    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    n = len(sets)
+    add("route+dispatch", lambda i: moe_dispatch_quant(
+        sets[i][0], moe_routing(sets[i][1], EXPERTS, max_m_sum=bounds.max_m_sum)), nbytes, est, n)  # fmt: skip
+    add("engines quant+scatter", lambda i: bench_engines.engine_scatter(
+        *bench_engines.engine_quant(sets[i][0]), sets[i][1], EXPERTS, bounds.max_m_sum), nbytes, est, n)  # fmt: skip
 
-    # Combine: the expert rows of the kept slots read, the output written, slot indices and weights
-    results += bench.fused_and_chain(
-        t, h, ("moe_combine", "combine chain"),
-        lambda s: moe_combine(s[0], rows, weights, out=s[1]), lambda s: torch_combine(s[0], rows, weights),
-        lambda: (random(m_sum, h), torch.empty((t, h), dtype=dtype, device=device)),
-        (kept + t) * h * size + 8 * t * TOP_K, (m_sum + t) * h * size, copy_gbps, rotation_bytes, 8,
-    )  # fmt: skip
+    # SiLU-and-mul + quantize: live rows read (2I bf16), q and scales written
+    inter = INTERMEDIATE
+    nbytes = kept * (2 * inter * 2 + inter + 4 * inter // 128)
+    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    if t <= MASKED_MAX_T:
+        y1 = torch.randn((EXPERTS, bounds.max_m, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
+        add("silu masked", lambda i: silu_mul_quant(y1, masked_m=routing.counts), nbytes, est, 1)
+        add("engines silu masked", lambda i: bench_engines.engine_silu_quant_masked(y1, routing.counts), nbytes, est, 1)
+        del y1
+    y1 = torch.randn((bounds.max_m_sum, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
+    add("silu contiguous", lambda i: silu_mul_quant(y1, m_indices=routing.m_indices, row_offsets=routing.row_offsets),
+        nbytes, est, 1)  # fmt: skip
+    add("engines silu contiguous", lambda i: bench_engines.engine_silu_quant(y1, routing.m_indices), nbytes, est, 1)
+    del y1
 
-    # Dispatch + quantize: each kept slot's token read, every row of q and the scales written
-    tokens = routing.row_token.clamp(min=0).long()
-    nbytes = kept * h * size + m_sum * h + 4 * scale_spec("mn_tma", m_sum, h // 128).numel
-    results += bench.fused_and_chain(
-        t, h, ("dispatch+quant", "dispatch chain"),
-        lambda x: moe_dispatch_quant(x, routing, scale_layout="mn_tma"),
-        lambda x: per_token_group_quant(x[tokens], 128, scale_layout="mn_tma"),
-        lambda: random(t, h), nbytes, nbytes, copy_gbps, rotation_bytes, 4,
-    )  # fmt: skip
+    # Combine: the kept rows read, the output written
+    y2 = torch.randn((bounds.max_m_sum, h), device=device, generator=gen).to(torch.bfloat16)
+    nbytes = kept * h * 2 + t * h * 2 + 8 * kept
+    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    add("combine", lambda i: moe_combine(y2, routing.inv_perm, w0), nbytes, est, 1)
+    add("engines gather", lambda i: bench_engines.engine_gather(y2, routing.inv_perm, w0), nbytes, est, 1)
+    del y2
 
-    # SiLU-and-mul + quantize on the contiguous layout
-    nbytes = m_sum * INTERMEDIATE * (2 * size + 1) + 4 * scale_spec("mn_tma", m_sum, INTERMEDIATE // 128).numel
-    results += bench.fused_and_chain(
-        m_sum, 2 * INTERMEDIATE, ("silu_mul_quant", "silu chain"),
-        lambda x: silu_mul_quant(x, scale_layout="mn_tma"),
-        lambda x: per_token_group_quant(reference.silu_and_mul(x), 128, scale_layout="mn_tma"),
-        lambda: random(m_sum, 2 * INTERMEDIATE), nbytes, nbytes, copy_gbps, rotation_bytes, 4,
-    )  # fmt: skip
+    # The layer
+    floor_us = weight_bytes / (copy_gbps * 1e3)
+    results.append(bench.Result(t, h, "floor", floor_us, weight_bytes, 1, 1))
+    layer_sets = sets[: max(1, min(4, len(sets)))]
+    n = len(layer_sets)
+    deep_gemm = _deep_gemm() is not None and torch.cuda.get_device_capability(device)[0] == 9
+    layouts = ("contiguous", "masked") if t <= MASKED_MAX_T else ("contiguous",)
+    backends = (("deep_gemm",) if deep_gemm else ()) + (("triton",) if grouped_gemm.available() else ())
+    for backend in backends:
+        for layout in layouts:
+            add(f"{backend} {layout}", lambda i, b=backend, lay=layout: moe_layer(*layer_sets[i], w13, w2, layout=lay,
+                backend=b), weight_bytes, floor_us, n)  # fmt: skip
+    if deep_gemm:
+        for layout in layouts:
+            add(f"engines {layout}", lambda i, lay=layout: bench_engines.engine_layer(
+                *layer_sets[i], w13, w2, layout=lay, max_m_sum=bounds.max_m_sum), weight_bytes, floor_us, n)  # fmt: skip
     return results
 
 
 def run_moe(args) -> int:
+    if not torch.cuda.is_available():
+        raise SystemExit("--moe times the GPU kernels; no CUDA GPU was found")
+    device = torch.device("cuda", torch.cuda.current_device())
+    gen = torch.Generator(device=device).manual_seed(0)
+    bench.progress(f"quantizing {EXPERTS} experts' weights (H = {args.k}, I = {INTERMEDIATE})")
+    weights = (expert_weights(EXPERTS, 2 * INTERMEDIATE, args.k, device, gen),
+               expert_weights(EXPERTS, args.k, INTERMEDIATE, device, gen))  # fmt: skip
     return bench.run_shapes(
-        args, [(t, args.k) for t in args.m or [4096]], time_shape, refusal="--moe times the GPU kernels",
-        labels=("T", "H"), op=f"MoE ops (k = {TOP_K} of E = {EXPERTS})", rows="rows",
-        granularity="groups of 128, mn_tma scales",
+        args, [(t, args.k) for t in args.m or TOKENS],
+        lambda t, h, dtype, copy_gbps, rotation: time_shape(t, h, dtype, copy_gbps, rotation, weights),
+        refusal="--moe times the GPU kernels", labels=("T", "H"),
+        op=f"MoE layer and ops (k = {TOP_K} of E = {EXPERTS}, I = {INTERMEDIATE}, static bounds)", rows="T",
+        granularity="groups of 128, mn_tma scales; layer rows: % of the weight-read floor",
     )  # fmt: skip

@@ -4,6 +4,8 @@ dispatch + quantize, and the combine step."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from . import reference
@@ -12,7 +14,7 @@ from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
 
-__all__ = ["moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
+__all__ = ["MoeBounds", "moe_bounds", "moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
 
 
 _ROWS_OVERFLOW, _MAX_M_OVERFLOW = 1, 2  # fp8quant_routing_status_t bits
@@ -71,6 +73,36 @@ def _m_sum(topk_ids: torch.Tensor, num_experts: int, expert_offset: int, align: 
     return int(((counts + align - 1) // align * align).sum())
 
 
+class MoeBounds(NamedTuple):
+    """Static bounds of the MoE layouts for a batch of ``tokens`` (:func:`moe_bounds`)."""
+
+    max_m_sum: int  # rows of the contiguous layout
+    max_m: int  # rows per expert of the masked layout
+
+
+def moe_bounds(tokens: int, top_k: int, num_experts: int, *, align: int = 128) -> MoeBounds:
+    """The bounds engines size MoE buffers by, so that routing needs no device-to-host read and
+    a CUDA graph captured for ``tokens`` serves every routing of them:
+
+    - ``max_m_sum = T*k + min(T*k, E) * (align - 1)``, rounded up to ``align``: every slot a row,
+      and at most ``min(T*k, E)`` experts each padded by fewer than ``align`` rows;
+    - ``max_m = T``: top-k ids of one token are distinct, so no expert gets more than T slots
+      (ids that repeat within a token can exceed it; :meth:`MoeRouting.check` then says so).
+
+    Example::
+
+        bounds = fp8quant.moe_bounds(x.shape[0], topk_ids.shape[1], 256)
+        routing = fp8quant.moe_routing(topk_ids, 256, max_m_sum=bounds.max_m_sum, max_m=bounds.max_m)
+    """
+    for name, value, minimum in (("tokens", tokens, 0), ("top_k", top_k, 1), ("num_experts", num_experts, 1),
+                                 ("align", align, 1)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    slots = tokens * top_k
+    rows = slots + min(slots, num_experts) * (align - 1)
+    return MoeBounds(-(-rows // align) * align, max(tokens, 1))
+
+
 def moe_routing(
     topk_ids: torch.Tensor,
     num_experts: int,
@@ -79,7 +111,7 @@ def moe_routing(
     align: int = 128,
     max_m_sum: int | None = None,
     max_m: int | None = None,
-    validate: bool = True,
+    validate: bool | None = None,
 ) -> reference.MoeRouting:
     """Routing metadata of ``topk_ids [T, k]`` for the local experts ``expert_offset ..
     expert_offset + num_experts - 1``: the contiguous layout (each expert's rows ``align``-aligned;
@@ -89,13 +121,17 @@ def moe_routing(
     Args:
         topk_ids: int32 or int64 ``[T, k]``, contiguous; -1 (or any id outside the local range)
             drops a slot.
-        max_m_sum: the number of contiguous rows, an upper bound on M_sum: with it the GPU path
-            reads nothing back from the device (safe in CUDA graphs). Without it M_sum is computed
-            first (one synchronization).
+        max_m_sum: the number of contiguous rows, an upper bound on M_sum (:func:`moe_bounds`):
+            with it the GPU path reads nothing back from the device (safe in CUDA graphs).
+            Without it M_sum is computed first (one synchronization).
         max_m: rows per expert of the masked layout ``[E, max_m, H]``.
-        validate: raise ValueError when a bound is too small (the reference's message; on the GPU
-            one read of the status word, skipped while tracing or capturing). The kernels never
-            write past the bounds: slots that do not fit get row -1.
+        validate: whether to raise ValueError here when a bound is too small (the reference's
+            message). ``None`` (default): only when that costs no extra synchronization, i.e.
+            without ``max_m_sum``; otherwise the kernel's status stays on the device in
+            ``routing.status`` and :meth:`~fp8quant.reference.MoeRouting.check` reads it when
+            the caller chooses. ``True``: read it now (skipped while tracing or capturing);
+            ``False``: never. The kernels never write past the bounds: slots that do not fit
+            get row -1.
     """
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
         raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
@@ -115,6 +151,11 @@ def moe_routing(
     counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status = _routing(
         topk_ids, num_experts, expert_offset, align, rows, max_m or 0
     )
+    routing = reference.MoeRouting(
+        counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None, status
+    )
+    if validate is None:
+        validate = max_m_sum is None
     if validate and not (tracing() or torch.cuda.is_current_stream_capturing()):
         bits = int(status.item())
         if bits & _ROWS_OVERFLOW:
@@ -123,7 +164,7 @@ def moe_routing(
             )
         if bits & _MAX_M_OVERFLOW:
             raise ValueError(f"max_m={max_m} is smaller than the {int(counts.max())} slots of the busiest expert")
-    return reference.MoeRouting(counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None)
+    return routing
 
 
 # --- moe_combine ---------------------------------------------------------------------------------
@@ -206,8 +247,8 @@ def moe_combine(
 
 
 def _silu_geometry(
-    x: TensorMeta, m_indices: TensorMeta, masked_m: TensorMeta, group_size: int, scale_layout: str, ue8m0: bool,
-    eps: float,
+    x: TensorMeta, m_indices: TensorMeta, used_rows: TensorMeta, masked_m: TensorMeta, align: int, group_size: int,
+    scale_layout: str, ue8m0: bool, eps: float,
 ) -> tuple[Buffer, Buffer]:
     """q [*, M, N] row-major; the scale layout's buffer for N / group_size groups."""
     n = x.shape[-1] // 2
@@ -215,19 +256,20 @@ def _silu_geometry(
     return Buffer(FP8_DTYPE, shape), scale_buffer(scale_layout, shape[-2], n // group_size, tuple(shape[:-2]))
 
 
-def _silu_launch(x, m_indices, masked_m, q, scale, group_size, scale_layout, ue8m0, eps) -> None:
+def _silu_launch(x, m_indices, used_rows, masked_m, q, scale, align, group_size, scale_layout, ue8m0, eps) -> None:
     """x's rows as [gate | up]: launch_rows sees x's geometry, with n = K / 2 passed apart."""
     shape, xs, qs = x.shape, x.stride(), q.stride()
     batch, x_batch, q_batch = (1, 0, 0) if len(shape) == 2 else (shape[0], xs[0], qs[0])
+    ptr = lambda t: t.data_ptr() if t.numel() else 0  # noqa: E731 - an absent index array is null
     launch(
         extension().silu_mul_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2],
-        shape[-1] // 2, x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2],
-        m_indices.data_ptr() if m_indices.numel() else 0, masked_m.data_ptr() if masked_m.numel() else 0,
-        scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
+        shape[-1] // 2, x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2], ptr(m_indices), ptr(used_rows),
+        ptr(masked_m), align, scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
     )  # fmt: skip
 
 
-def _silu_reference(x, m_indices, masked_m, group_size, scale_layout, ue8m0, eps):
+def _silu_reference(x, m_indices, used_rows, masked_m, align, group_size, scale_layout, ue8m0, eps):
+    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling)."""
     return reference.silu_mul_quant(
         x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps,
         m_indices=m_indices if m_indices.numel() else None, masked_m=masked_m if masked_m.numel() else None,
@@ -236,13 +278,20 @@ def _silu_reference(x, m_indices, masked_m, group_size, scale_layout, ue8m0, eps
 
 _silu = Op(
     "silu_mul_quant",
-    inputs=("x", "m_indices", "masked_m"),
-    params="int group_size, str scale_layout, bool ue8m0, float eps",
+    inputs=("x", "m_indices", "used_rows", "masked_m"),
+    params="int align, int group_size, str scale_layout, bool ue8m0, float eps",
     outputs=("q", "scale"),
     geometry=_silu_geometry,
     launch=_silu_launch,
     reference=_silu_reference,
 )
+
+
+def _index_tensor(name: str, t, shape: tuple, x: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or tuple(t.shape) != shape or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous int32 tensor of shape {shape}")
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
 
 
 def silu_mul_quant(
@@ -253,7 +302,9 @@ def silu_mul_quant(
     ue8m0: bool | None = None,
     eps: float = 1e-10,
     m_indices: torch.Tensor | None = None,
+    row_offsets: torch.Tensor | None = None,
     masked_m: torch.Tensor | None = None,
+    align: int = 128,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``silu(gate) * up`` of ``x [M, 2N]`` (or ``[E, max_m, 2N]``), rounded to x's dtype and
@@ -264,10 +315,16 @@ def silu_mul_quant(
         x: bfloat16, float16 or float32, last dimension contiguous, gate in the first half of each row.
         group_size: 128 on the GPU (DeepGEMM's groups); the CPU reference takes 32, 64 or 128.
         m_indices: int32 ``[M]`` of the contiguous MoE layout: rows with -1 are padding.
+        row_offsets: the routing's int32 ``[E + 1]`` (with ``m_indices``): rows at or past
+            ``row_offsets[E]`` (M_sum) are not touched, so the work follows the tokens, not the bound.
         masked_m: int32 ``[E]`` of the masked layout ``[E, max_m, 2N]``: rows past it are padding.
+        align: rows per tile of the masked layout (its padding rows below
+            ``align_up(masked_m[e], align)`` get zero scales).
         out: optional ``(q, scale)``, as for :func:`fp8quant.per_token_group_quant`.
 
-    Padding rows are not read; their q bytes and scales are 0.
+    Padding rows are not read and their q bytes are not written; their scales are 0 where a
+    grouped GEMM's tile reads them (contiguous: below M_sum; masked: below the tile boundary)
+    and untouched past that. The CPU path writes zeros there.
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() not in (2, 3) or x.shape[-1] % 2:
         raise TypeError("x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)")
@@ -280,6 +337,10 @@ def silu_mul_quant(
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
     if m_indices is not None and masked_m is not None:
         raise ValueError("give m_indices (contiguous layout) or masked_m (masked layout), not both")
+    if row_offsets is not None and m_indices is None:
+        raise ValueError("row_offsets applies to the contiguous layout: give m_indices with it")
+    if isinstance(align, bool) or not isinstance(align, int) or align < 1:
+        raise ValueError(f"align must be an int >= 1, got {align!r}")
     empty = torch.empty(0, dtype=torch.int32, device=x.device)
     for name, t, want in (("m_indices", m_indices, (x.shape[0],) if x.dim() == 2 else None),
                           ("masked_m", masked_m, (x.shape[0],) if x.dim() == 3 else None)):  # fmt: skip
@@ -287,13 +348,16 @@ def silu_mul_quant(
             continue
         if want is None:
             raise ValueError(f"{name} does not apply to x of shape {tuple(x.shape)}")
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or tuple(t.shape) != want or not t.is_contiguous():
-            raise ValueError(f"{name} must be a contiguous int32 tensor of shape {want}")
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
+        _index_tensor(name, t, want, x)
+    used_rows = empty
+    if row_offsets is not None:
+        if not isinstance(row_offsets, torch.Tensor) or row_offsets.dim() != 1 or row_offsets.numel() < 1:
+            raise ValueError("row_offsets must be the routing's int32 tensor [E + 1]")
+        _index_tensor("row_offsets", row_offsets, tuple(row_offsets.shape), x)
+        used_rows = row_offsets[-1:]
     return _silu(
-        x, empty if m_indices is None else m_indices, empty if masked_m is None else masked_m, group_size,
-        scale_layout, ue8m0, float(eps), out=out,
+        x, empty if m_indices is None else m_indices, used_rows, empty if masked_m is None else masked_m, align,
+        group_size, scale_layout, ue8m0, float(eps), out=out,
     )  # fmt: skip
 
 
@@ -301,53 +365,52 @@ def silu_mul_quant(
 
 
 def _dispatch_geometry(
-    x: TensorMeta, row_token: TensorMeta, row_offsets: TensorMeta, counts: TensorMeta, max_m: int, group_size: int,
-    scale_layout: str, ue8m0: bool, eps: float,
+    x: TensorMeta, slot_rows: TensorMeta, counts: TensorMeta, row_offsets: TensorMeta, rows: int, max_m: int,
+    align: int, group_size: int, scale_layout: str, ue8m0: bool, eps: float,
 ) -> tuple[Buffer, Buffer]:
     """q [rows, H] (contiguous, max_m == 0) or [E, max_m, H] (masked); the scale layout's buffer."""
     h = x.shape[-1]
-    shape = (row_token.shape[0], h) if max_m == 0 else (counts.shape[0], max_m, h)
+    shape = (rows, h) if max_m == 0 else (counts.shape[0], max_m, h)
     return Buffer(FP8_DTYPE, shape), scale_buffer(scale_layout, shape[-2], h // group_size, tuple(shape[:-2]))
 
 
-def _dispatch_launch(x, row_token, row_offsets, counts, q, scale, max_m, group_size, scale_layout, ue8m0, eps) -> None:
-    if x.shape[0] == 0:  # no tokens: every row is padding (exactly the buffers, padding included)
-        q.view(torch.uint8).zero_()
-        buffer = _dispatch_geometry(x, row_token, row_offsets, counts, max_m, group_size, scale_layout, ue8m0, eps)[1]
-        scale.as_strided((buffer.numel,), (1,)).zero_()
-        return
+def _dispatch_launch(
+    x, slot_rows, counts, row_offsets, q, scale, rows, max_m, align, group_size, scale_layout, ue8m0, eps
+) -> None:
     qs = q.stride()
     masked = max_m > 0
     launch(
         extension().moe_dispatch_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0],
-        x.shape[1], x.stride(0), row_token.data_ptr(), row_token.shape[0],
-        row_offsets.data_ptr() if masked else 0, counts.data_ptr() if masked else 0, counts.shape[0], max_m,
-        q.data_ptr(), qs[0] if masked else 0, qs[-2], scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0,
-        group_size, eps,
+        x.shape[1], x.stride(0), slot_rows.data_ptr(), slot_rows.shape[1], counts.data_ptr(),
+        0 if masked else row_offsets.data_ptr(), counts.shape[0], align, rows, max_m, q.data_ptr(),
+        qs[0] if masked else 0, qs[-2], scale.data_ptr(), LAYOUT_CODES[scale_layout], ue8m0, group_size, eps,
     )  # fmt: skip
 
 
-def _dispatch_reference(x, row_token, row_offsets, counts, max_m, group_size, scale_layout, ue8m0, eps):
-    """The rows each layout holds, from the routing tensors alone, then the reference quantizer."""
-    if max_m == 0:
-        tokens = row_token.long()
-    else:
-        rank = torch.arange(max_m, device=x.device)
-        entry = row_offsets[:-1].long().unsqueeze(1) + rank
-        live = (rank < counts.long().unsqueeze(1)) & (entry >= 0) & (entry < row_token.numel())
-        tokens = torch.where(live, row_token.long()[entry.clamp(0, max(row_token.numel() - 1, 0))], -1)
-    live = (tokens >= 0) & (tokens < x.shape[0])
-    rows = torch.zeros((*tokens.shape, x.shape[1]), dtype=x.dtype, device=x.device)
-    rows[live] = x[tokens[live]]
-    q, scale = reference.per_token_group_quant(rows, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
-    scale[~live] = 0
+def _dispatch_reference(x, slot_rows, counts, row_offsets, rows, max_m, align, group_size, scale_layout, ue8m0, eps):
+    """Each slot's token at its row, then the reference quantizer; rows without a token zero
+    (where the kernel leaves q, and the scales past the tiles, unwritten)."""
+    h, e = x.shape[1], counts.shape[0]
+    total = rows if max_m == 0 else e * max_m
+    dest = slot_rows.reshape(-1).long()
+    token = torch.arange(dest.numel(), device=x.device) // max(slot_rows.shape[1], 1)
+    keep = (dest >= 0) & (dest < total)
+    xr = torch.zeros((total, h), dtype=x.dtype, device=x.device)
+    live = torch.zeros(total, dtype=torch.bool, device=x.device)
+    xr[dest[keep]] = x[token[keep]]
+    live[dest[keep]] = True
+    shape = (rows,) if max_m == 0 else (e, max_m)
+    q, scale = reference.per_token_group_quant(
+        xr.view(*shape, h), group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps
+    )
+    scale[~live.view(shape)] = 0
     return q, scale
 
 
 _dispatch = Op(
     "moe_dispatch_quant",
-    inputs=("x", "row_token", "row_offsets", "counts"),
-    params="int max_m, int group_size, str scale_layout, bool ue8m0, float eps",
+    inputs=("x", "slot_rows", "counts", "row_offsets"),
+    params="int rows, int max_m, int align, int group_size, str scale_layout, bool ue8m0, float eps",
     outputs=("q", "scale"),
     geometry=_dispatch_geometry,
     launch=_dispatch_launch,
@@ -362,25 +425,31 @@ def moe_dispatch_quant(
     *,
     layout: str = "contiguous",
     max_m: int | None = None,
+    align: int = 128,
     scale_layout: str = "mn_tma",
     ue8m0: bool | None = None,
     eps: float = 1e-10,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens ``x [T, H]`` permuted into an expert-grouped layout and quantized per group in one
-    pass (each token read once per destination row): the bytes of
-    :func:`fp8quant.reference.moe_dispatch_quant` (docs/contract.md, "MoE").
+    """Tokens ``x [T, H]`` quantized per group and stored in an expert-grouped layout, in one
+    pass: each token read and quantized once, its row stored at each of its slots' rows. The
+    bytes of :func:`fp8quant.reference.moe_dispatch_quant` on every row that holds a token
+    (docs/contract.md, "MoE").
 
     Args:
-        x: bfloat16, float16 or float32 ``[T, H]``, last dimension contiguous, H a multiple of 128.
+        x: bfloat16, float16 or float32 ``[T, H]`` (the T tokens the routing was made for), last
+            dimension contiguous, H a multiple of 128.
         routing: :func:`fp8quant.moe_routing`'s result for these tokens.
         layout: ``"contiguous"`` (q ``[rows, H]``, rows as ``routing.m_indices``) or ``"masked"``
-            (q ``[E, max_m, H]``, scales batched per expert).
+            (q ``[E, max_m, H]``, scales batched per expert; needs a routing made with ``max_m``).
         max_m: rows per expert of the masked layout.
+        align: rows per tile of the masked layout (the contiguous layout's tiles are the routing's).
         group_size: 128 on the GPU; the CPU reference takes 32, 64 or 128.
         out: optional ``(q, scale)``, as for :func:`fp8quant.per_token_group_quant`.
 
-    Padding rows (no token) are zero, q bytes and scales.
+    Rows without a token are padding: their q bytes are not written; their scales are 0 inside
+    their expert's tile (the rows a grouped GEMM's tile reads) and untouched past it, so the
+    work follows the tokens, not the layout's bound. The CPU path writes zeros there.
     """
     if layout not in ("contiguous", "masked"):
         raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
@@ -394,13 +463,23 @@ def moe_dispatch_quant(
         raise TypeError("routing must be fp8quant.moe_routing's result (a MoeRouting)")
     if layout == "masked" and (isinstance(max_m, bool) or not isinstance(max_m, int) or max_m < 1):
         raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
+    if layout == "masked" and routing.masked_row is None:
+        raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
+    if isinstance(align, bool) or not isinstance(align, int) or align < 1:
+        raise ValueError(f"align must be an int >= 1, got {align!r}")
+    if x.shape[0] != routing.inv_perm.shape[0]:
+        raise ValueError(
+            f"x has {x.shape[0]} tokens but the routing was made for {routing.inv_perm.shape[0]} "
+            "(x and routing must describe the same tokens)"
+        )
     check_eps(eps)
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
-    for name in ("row_token", "row_offsets", "counts"):
-        t = getattr(routing, name)
+    slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    for name, t in (("inv_perm" if layout == "contiguous" else "masked_row", slot_rows), ("row_offsets", routing.row_offsets),
+                    ("counts", routing.counts)):  # fmt: skip
         if t.dtype != torch.int32 or not t.is_contiguous() or t.device != x.device:
             raise ValueError(f"routing.{name} must be a contiguous int32 tensor on {x.device}")
     return _dispatch(
-        x, routing.row_token, routing.row_offsets, routing.counts, max_m if layout == "masked" else 0, group_size,
-        scale_layout, ue8m0, float(eps), out=out,
+        x, slot_rows, routing.counts, routing.row_offsets, routing.m_indices.numel(),
+        max_m if layout == "masked" else 0, align, group_size, scale_layout, ue8m0, float(eps), out=out,
     )  # fmt: skip

@@ -314,6 +314,8 @@ class MoeRouting(NamedTuple):
       an expert outside the local range).
     - ``masked_row`` int32 ``[T, k]``: ``e * max_m + rank`` in the masked layout
       ``[E, max_m, H]``, -1 for a dropped slot; None without ``max_m``.
+    - ``status`` int32 ``[1]`` or None: the routing kernel's bound check, kept on the device
+      (:meth:`check` reads it); None where the routing was checked when it was made.
     """
 
     counts: torch.Tensor
@@ -322,6 +324,20 @@ class MoeRouting(NamedTuple):
     row_token: torch.Tensor
     inv_perm: torch.Tensor
     masked_row: torch.Tensor | None
+    status: torch.Tensor | None = None
+
+    def check(self) -> None:
+        """Raise ValueError if a bound given to the routing was too small (slots that did not fit
+        were dropped, row -1). Reads the status word from the device: one synchronization, so
+        call it outside CUDA graphs, when convenient (after the layer, say)."""
+        bits = 0 if self.status is None else int(self.status.item())
+        if bits & 1:
+            raise ValueError(
+                f"max_m_sum={self.m_indices.numel()} is smaller than M_sum={int(self.row_offsets[-1])} "
+                "(the rows the routing needs)"
+            )
+        if bits & 2:
+            raise ValueError(f"max_m is smaller than the {int(self.counts.max())} slots of the busiest expert")
 
 
 def _check_positive_int(value, name: str, *, allow_none: bool = False, minimum: int = 1) -> None:
@@ -416,7 +432,8 @@ def moe_dispatch_quant(
     ``layout="contiguous"``: q ``[rows, H]`` (row r holds token ``routing.row_token[r]``) and the
     scales of ``scale_layout`` for ``rows`` rows. ``layout="masked"``: q ``[E, max_m, H]`` (row
     ``rank`` of expert e holds its rank-th slot) and batched scales, one TMA-aligned block per
-    expert (SPEC.md section 2). Padding rows (no token) are zero, data and scales alike."""
+    expert (SPEC.md section 2). Padding rows (no token) are zero here, data and scales alike; the
+    kernel writes only their scales inside a tile (docs/contract.md, "Rows without a token")."""
     if layout not in ("contiguous", "masked"):
         raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
     check_quant_args(x, group_size, eps)

@@ -18,8 +18,10 @@ struct IndexInput {
 };
 
 // Where the rows come from; the default is x's own rows. `in_*` is x's geometry for the buffer
-// checks (two halves per row for kSiluMul, the source rows for kGather); the map fields are
-// QuantProblem's (validated by the caller).
+// checks (two halves per row for kSiluMul, the tokens for kScatter); the other fields are
+// QuantProblem's (their values validated by the caller). For kScatter, batch and m given to
+// group_quant are the destination's (1 x rows, or experts x max_m) and the kernel's teams walk
+// the in_rows tokens.
 struct GroupSource {
   QuantSource kind = QuantSource::kRows;
   int64_t in_batch = 0;
@@ -27,10 +29,12 @@ struct GroupSource {
   int64_t in_cols = 0;
   int64_t up_offset = 0;
   const int32_t* row_map = nullptr;
-  int64_t map_entries = 0;
-  const int32_t* row_starts = nullptr;
   const int32_t* row_counts = nullptr;
-  int64_t gather_rows = 0;
+  const int32_t* row_starts = nullptr;
+  const int32_t* used_rows = nullptr;
+  int64_t pad_align = 1;
+  int64_t slots_per_row = 0;
+  int64_t experts = 0;
   IndexInput indices[3];  // the arrays above, for the overlap checks (unused entries empty)
 };
 

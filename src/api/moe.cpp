@@ -166,10 +166,10 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
 
 fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
                                           int64_t n, int64_t x_batch_stride, int64_t x_row_stride,
-                                          const int32_t* m_indices, const int32_t* masked_m, void* q,
-                                          int64_t q_batch_stride, int64_t q_row_stride, void* scale,
-                                          fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
-                                          float eps, cudaStream_t stream) {
+                                          const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m,
+                                          int64_t align, void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                          void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                          int64_t group_size, float eps, cudaStream_t stream) {
   using std::to_string;
   // Values of this op; group_quant checks the rest
   FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for silu_mul_quant, got " + to_string(group_size));
@@ -177,8 +177,12 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
   FP8QUANT_CHECK_ARG(m_indices == nullptr || masked_m == nullptr, "masked_m",
                      "give m_indices (contiguous layout) or masked_m (masked layout), not both");
   FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(m_indices) % 4 == 0, "m_indices", "must be 4-byte aligned");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(masked_m) % 4 == 0, "masked_m", "must be 4-byte aligned");
+  FP8QUANT_CHECK_ARG(used_rows == nullptr || m_indices != nullptr, "used_rows", "applies to the contiguous layout (m_indices) only");
+  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
+                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
+  for (const Span& index : {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
+  }
   fp8quant::api::GroupSource source;
   source.kind = fp8quant::QuantSource::kSiluMul;
   source.in_batch = batch;
@@ -186,55 +190,67 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
   source.in_cols = 2 * n;
   source.up_offset = n;
   source.row_map = m_indices;
-  source.map_entries = m_indices != nullptr ? m : 0;
   source.row_counts = masked_m;
+  source.used_rows = used_rows;
+  source.pad_align = align;
   source.indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m * 4 : 0};
   source.indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch * 4 : 0};
+  source.indices[2] = {"used_rows", used_rows, used_rows != nullptr ? 4 : 0};
   return fp8quant::api::group_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
                                     q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source, stream);
 }
 
 fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h,
-                                              int64_t x_row_stride, const int32_t* row_token, int64_t rows,
-                                              const int32_t* row_offsets, const int32_t* counts, int64_t experts,
-                                              int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride,
-                                              void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-                                              int64_t group_size, float eps, cudaStream_t stream) {
+                                              int64_t x_row_stride, const int32_t* slot_rows, int64_t k,
+                                              const int32_t* counts, const int32_t* row_offsets, int64_t experts,
+                                              int64_t align, int64_t rows, int64_t max_m, void* q,
+                                              int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                              fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
+                                              float eps, cudaStream_t stream) {
   using std::to_string;
   // Values of this op; group_quant checks the rest
-  const bool masked = row_offsets != nullptr || counts != nullptr;
+  const bool masked = row_offsets == nullptr;
   FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(tokens >= 1 && tokens <= kMaxInt32, "tokens",
-                     "must be in [1, " + to_string(kMaxInt32) + "] (without tokens every row is padding), got " +
-                         to_string(tokens));
-  FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
-  FP8QUANT_CHECK_ARG(!masked || (row_offsets != nullptr && counts != nullptr), masked && counts == nullptr ? "counts" : "row_offsets",
-                     "the masked layout needs both row_offsets and counts");
+  FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(tokens));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(tokens * k <= kMaxInt32, "tokens", "tokens * k must fit in int32, got " + to_string(tokens * k));
+  FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
+                     "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
+  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
+                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
   if (masked) {
-    FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
-                       "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
-    FP8QUANT_CHECK_ARG(max_m >= 0 && max_m <= kMaxInt32, "max_m", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(max_m));
+    FP8QUANT_CHECK_ARG(max_m >= 1 && max_m <= kMaxInt32 / experts, "max_m",
+                       "must be in [1, " + to_string(kMaxInt32 / experts) +
+                           "] (the masked layout, row_offsets null: experts * max_m rows fit in int32), got " +
+                           to_string(max_m));
+  } else {
+    FP8QUANT_CHECK_ARG(max_m == 0, "max_m", "must be 0 for the contiguous layout (row_offsets given), got " + to_string(max_m));
+    FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
   }
+  FP8QUANT_CHECK_ARG(experts * ((h / 128 + 7) / 8) <= (int64_t{1} << 30), "experts",
+                     "experts * ceil(h / 1024) must be at most 2^30 (padding blocks go on grid.x)");
+  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
   const int64_t batch = masked ? experts : 1, m = masked ? max_m : rows;
-  for (const Span& index : {Span{"row_token", row_token, rows * 4}, Span{"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0},
-                            Span{"counts", counts, masked ? experts * 4 : 0}}) {
+  for (const Span& index : {Span{"slot_rows", slot_rows, tokens * k * 4}, Span{"counts", counts, experts * 4},
+                            Span{"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4}}) {
     if (index.bytes == 0) continue;
     FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
                        "must be a non-null, 4-byte aligned int32 pointer");
   }
   fp8quant::api::GroupSource source;
-  source.kind = fp8quant::QuantSource::kGather;
+  source.kind = fp8quant::QuantSource::kScatter;
   source.in_batch = 1;
   source.in_rows = tokens;
   source.in_cols = h;
-  source.row_map = row_token;
-  source.map_entries = rows;
-  source.row_starts = masked ? row_offsets : nullptr;
-  source.row_counts = masked ? counts : nullptr;
-  source.gather_rows = tokens;
-  source.indices[0] = {"row_token", row_token, rows * 4};
-  source.indices[1] = {"row_offsets", row_offsets, masked ? (experts + 1) * 4 : 0};
-  source.indices[2] = {"counts", counts, masked ? experts * 4 : 0};
+  source.row_map = slot_rows;
+  source.row_counts = counts;
+  source.row_starts = row_offsets;
+  source.pad_align = align;
+  source.slots_per_row = k;
+  source.experts = experts;
+  source.indices[0] = {"slot_rows", slot_rows, tokens * k * 4};
+  source.indices[1] = {"counts", counts, experts * 4};
+  source.indices[2] = {"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4};
   return fp8quant::api::group_quant(x, x_dtype, batch, m, h, 0, x_row_stride, q, q_batch_stride, q_row_stride, scale,
                                     scale_layout, ue8m0, group_size, eps, source, stream);
 }

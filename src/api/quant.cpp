@@ -133,10 +133,26 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.source = source.kind;
   problem.up_offset = source.up_offset;
   problem.row_map = source.row_map;
-  problem.map_entries = source.map_entries;
-  problem.row_starts = source.row_starts;
   problem.row_counts = source.row_counts;
-  problem.gather_rows = source.gather_rows;
+  problem.row_starts = source.row_starts;
+  problem.used_rows = source.used_rows;
+  problem.pad_align = static_cast<int32_t>(source.pad_align);
+  if (source.kind == fp8quant::QuantSource::kScatter) {
+    // Teams walk the tokens; q and the scales keep the destination's geometry
+    const int64_t token_units = fp8quant::team_units(scale_layout, source.in_rows, slots);
+    FP8QUANT_CHECK_ARG(token_units <= kMaxUnits, "tokens",
+                       "the tokens need " + to_string(token_units) + " group slots, more than the limit of " +
+                           to_string(kMaxUnits));
+    problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
+    problem.experts = static_cast<int32_t>(source.experts);
+    problem.dest_batch = static_cast<int32_t>(batch);
+    problem.dest_m = static_cast<int32_t>(m);
+    problem.dest_rows = static_cast<int32_t>(shape.rows);
+    problem.batch = 1;
+    problem.m = static_cast<int32_t>(source.in_rows);
+    problem.rows = static_cast<int32_t>(source.in_rows);
+    problem.units = static_cast<int32_t>(token_units);
+  }
 
   // Dispatch on the architecture
   fp8quant::DeviceInfo device{};

@@ -113,8 +113,8 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
       FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul,                              \
                               constexpr auto kSource = ::fp8quant::QuantSource::kSiluMul;     \
                               return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kGather,                               \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kGather;      \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter,                              \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kScatter;     \
                               return __VA_ARGS__();)                                          \
       FP8QUANT_DISPATCH_DEFAULT_("source", source)                                            \
     }                                                                                         \

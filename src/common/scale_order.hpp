@@ -23,7 +23,7 @@ constexpr ScaleOrder scale_order(fp8quant_scale_layout_t layout) {
 enum class QuantSource {
   kRows,     // x's own rows
   kSiluMul,  // silu(gate) * up of x's rows [gate | up], rounded to x's dtype (MoE)
-  kGather,   // rows of x picked by a row map (MoE dispatch)
+  kScatter,  // x's rows, each stored at the rows of its slots (MoE dispatch)
 };
 
 // What a scale transform kernel does to each element (src/kernels/scale_transform.cuh).

@@ -10,6 +10,9 @@
 //                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
 //                bytes by shuffles.
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
+// The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
+// each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
+// tile and nothing else.
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
@@ -56,6 +59,67 @@ __device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) 
   return pos;
 }
 
+// The scale of group column `col` of row m in batch b (a word of four when packed), for a layout
+// of `rows` rows per batch.
+template <ScaleOrder kOrder, typename Scale>
+__device__ __forceinline__ Scale* scale_at(const QuantProblem& p, int64_t b, int64_t m, int32_t col, int32_t rows) {
+  return static_cast<Scale*>(p.scale) + b * p.scale_batch_stride +
+         (kOrder == ScaleOrder::kRow ? m * p.num_groups + col : static_cast<int64_t>(col) * rows + m);
+}
+
+// Store a team's group: its q slice at dst when `store_q`, its scale at scale_dst when
+// `store_scale` (0 unless `live`). Every lane calls it: the four teams of a packed word merge
+// their bytes by shuffles, and the first of them stores the word.
+template <int kTeam, ScaleOrder kOrder, bool kUE8M0, bool kAligned, typename Scale>
+__device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, const QuantizedSlice<kUE8M0>& out,
+                                            int32_t g, int sub, bool store_q, bool live, bool store_scale) {
+  if (store_q) {
+    if constexpr (kAligned) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out.q[i / 4] >> (8 * (i % 4)));
+    }
+  }
+  if constexpr (kOrder == ScaleOrder::kPacked) {
+    uint32_t word = live ? out.e << (8 * (g % 4)) : 0u;
+    word |= __shfl_xor_sync(kFullMask, word, kTeam);
+    word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
+    if (store_scale && sub == 0 && g % 4 == 0) *scale_dst = word;
+  } else {
+    if (store_scale && sub == 0) *scale_dst = live ? out.s : 0.0f;
+  }
+}
+
+// Scale columns one block of kScatter's padding part zeroes (the part has kPadColumns-wide
+// chunks of every expert's columns, one block each).
+constexpr int32_t kPadColumns = 8;
+
+// One block of kScatter's padding part: the scales of expert e's tile padding rows set to 0 in
+// columns [c0, c0 + kPadColumns) (QuantProblem: contiguous rows [row_starts[e] + count,
+// row_starts[e + 1]), masked rows [count, align_up(count, pad_align)) of batch e), clamped to the
+// layout's rows. Threads walk the rows of one column at a time.
+template <ScaleOrder kOrder>
+__device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t e, int32_t c0) {
+  using Scale = std::conditional_t<kOrder == ScaleOrder::kPacked, uint32_t, float>;
+  const int64_t count = max(__ldg(p.row_counts + e), 0);
+  int64_t b = 0, lo = count, hi = (count + p.pad_align - 1) / p.pad_align * p.pad_align;
+  if (p.row_starts != nullptr) {
+    lo += __ldg(p.row_starts + e);
+    hi = __ldg(p.row_starts + e + 1);
+  } else {
+    b = e;
+  }
+  const int32_t first = static_cast<int32_t>(max(lo, int64_t{0}));
+  const int32_t last = static_cast<int32_t>(min(hi, int64_t{p.dest_rows}));
+  const int32_t cols = kOrder == ScaleOrder::kPacked ? p.slots / 4 : p.num_groups;
+  for (int32_t col = c0; col < min(c0 + kPadColumns, cols); ++col) {
+    for (int32_t m = first + static_cast<int32_t>(threadIdx.x); m < last; m += static_cast<int32_t>(blockDim.x)) {
+      *scale_at<kOrder, Scale>(p, b, m, col, p.dest_rows) = Scale{0};
+    }
+  }
+}
+
 template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned,
           QuantSource kSource = QuantSource::kRows>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
@@ -66,6 +130,17 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
   const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
+  using Scale = std::conditional_t<kPacked, uint32_t, float>;
+
+  if constexpr (kSource == QuantSource::kScatter) {
+    if (static_cast<int32_t>(blockIdx.x) >= p.token_blocks) {  // the padding part
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      asm volatile("griddepcontrol.launch_dependents;");
+      const int32_t pad_block = static_cast<int32_t>(blockIdx.x) - p.token_blocks;
+      zero_tile_padding<kOrder>(p, pad_block / p.pad_chunks, pad_block % p.pad_chunks * kPadColumns);
+      return;
+    }
+  }
 
   // Locate this team's group and its addresses, while the block waits. The pin below keeps the
   // front end from moving them past the wait; ptxas may still sink the last steps of dst and
@@ -74,18 +149,15 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   const GroupPos pos = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
-  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;  // kGather: later
+  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
   uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
   const int32_t col = kPacked ? pos.g / 4 : pos.g;
-  using Scale = std::conditional_t<kPacked, uint32_t, float>;
-  Scale* scale_dst = static_cast<Scale*>(p.scale) + b * p.scale_batch_stride +
-                     (kOrder == ScaleOrder::kRow ? static_cast<int64_t>(pos.m) * p.num_groups + col
-                                                    : static_cast<int64_t>(col) * p.rows + pos.m);
+  Scale* scale_dst = scale_at<kOrder, Scale>(p, b, pos.m, col, p.rows);
   asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
   const uint64_t block = uint64_t{blockIdx.y} * gridDim.x + blockIdx.x;  // batches x blocks can pass 2^32
-  if (kSource != QuantSource::kGather && pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
+  if (pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
     prefetch_slice<T, kAligned>(src);
     if constexpr (kSource == QuantSource::kSiluMul) prefetch_slice<T, kAligned>(src + p.up_offset);
   }
@@ -94,24 +166,17 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Map the row: padding rows of the MoE layouts load nothing and store zeros
-  bool live = pos.valid;
-  if constexpr (kSource != QuantSource::kRows) {
-    if (live) {
-      int64_t entry = pos.m;
-      if (p.row_counts != nullptr) {
-        live = pos.m < __ldg(p.row_counts + b);
-        if (p.row_starts != nullptr) entry += __ldg(p.row_starts + b);
-      }
-      if (live && p.row_map != nullptr) {
-        const int32_t mapped = entry >= 0 && entry < p.map_entries ? __ldg(p.row_map + entry) : -1;
-        live = mapped >= 0 && (kSource != QuantSource::kGather || mapped < p.gather_rows);
-        if constexpr (kSource == QuantSource::kGather) {
-          src = static_cast<const T*>(p.x) + int64_t{mapped} * p.x_row_stride + k_offset;
-        }
-      } else if (kSource == QuantSource::kGather) {
-        live = false;  // a gather without a map has no rows
-      }
+  // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
+  // their (zero) scales
+  bool live = pos.valid, in_tile = pos.in_range;
+  if constexpr (kSource == QuantSource::kSiluMul) {
+    if (p.row_counts != nullptr) {
+      const int64_t count = __ldg(p.row_counts + b);
+      live = live && pos.m < count;
+      in_tile = in_tile && pos.m < (count + p.pad_align - 1) / p.pad_align * p.pad_align;
+    } else if (p.row_map != nullptr) {
+      live = live && __ldg(p.row_map + pos.m) >= 0;
+      if (p.used_rows != nullptr) in_tile = in_tile && pos.m < __ldg(p.used_rows);
     }
   }
 
@@ -131,27 +196,30 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Reduce amax, scale, quantize
   const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
-  const float s = out.s;
-  const uint32_t e = out.e;
 
-  // Store q
-  if (pos.valid) {
-    if constexpr (kAligned) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
-    } else {
+  // Store q and scales: at the team's own row, or at each of its token's slot rows
+  if constexpr (kSource == QuantSource::kScatter) {
+    // The slots' rows kSlotBatch at a time, all loads before the stores
+    constexpr int kSlotBatch = 8;
+    const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
+    const int32_t* slot_rows = p.row_map + int64_t{pos.m} * p.slots_per_row;
+    for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
+      int32_t rows[kSlotBatch];
 #pragma unroll
-      for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out.q[i / 4] >> (8 * (i % 4)));
+      for (int i = 0; i < kSlotBatch; ++i) rows[i] = live && j0 + i < p.slots_per_row ? __ldg(slot_rows + j0 + i) : -1;
+#pragma unroll
+      for (int i = 0; i < kSlotBatch; ++i) {
+        if (j0 + i >= p.slots_per_row) break;  // warp-uniform
+        const int32_t row = rows[i];
+        const bool keep = row >= 0 && row < dest_total;
+        const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
+        uint8_t* slot_dst = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
+        store_group<kTeam, kOrder, kUE8M0, kAligned>(slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows),
+                                                      out, pos.g, sub, keep, keep, keep);
+      }
     }
-  }
-
-  // Store scales
-  if constexpr (kPacked) {
-    uint32_t word = live ? e << (8 * (pos.g % 4)) : 0u;
-    word |= __shfl_xor_sync(kFullMask, word, kTeam);
-    word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
-    if (pos.in_range && sub == 0 && pos.g % 4 == 0) *scale_dst = word;
   } else {
-    if (pos.in_range && sub == 0) *scale_dst = live ? s : 0.0f;
+    store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, live, in_tile);
   }
 }
 
@@ -199,7 +267,11 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
           problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
           const int threads = block_threads<Arch, kTeam>(problem);
           const int teams_per_block = threads / kTeam;
-          const dim3 grid((problem.units + teams_per_block - 1) / teams_per_block, problem.batch);
+          problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
+          const int32_t cols = kOrder == ScaleOrder::kPacked ? problem.slots / 4 : problem.num_groups;
+          problem.pad_chunks = (cols + kPadColumns - 1) / kPadColumns;
+          const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
+          const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
           return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),
                             "kernel launch");
         }

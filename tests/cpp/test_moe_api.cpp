@@ -115,40 +115,56 @@ void test_silu_validation() {
   const void* x = kY;
   void* q = kOut;
   void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
-  const auto run = [&](int64_t group_size, const int32_t* m_indices, const int32_t* masked_m, int64_t batch) {
+  const int32_t* used = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
+  const auto run = [&](int64_t group_size, const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m,
+                       int64_t batch, int64_t align = 128) {
     return fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, batch, 100, 512, 100 * 1024, 1024, m_indices,
-                                   masked_m, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0, group_size, 1e-10f,
-                                   nullptr);
+                                   used_rows, masked_m, align, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0,
+                                   group_size, 1e-10f, nullptr);
   };
   const bool gpu = have_gpu();
-  if (!gpu) EXPECT(run(128, nullptr, nullptr, 1) == FP8QUANT_ERROR_NO_DEVICE);
+  if (!gpu) {
+    EXPECT(run(128, nullptr, nullptr, nullptr, 1) == FP8QUANT_ERROR_NO_DEVICE);
+    EXPECT(run(128, kRows, used, nullptr, 1) == FP8QUANT_ERROR_NO_DEVICE);
+    EXPECT(run(128, nullptr, nullptr, kRows, 3, 1) == FP8QUANT_ERROR_NO_DEVICE);
+  }
   const auto invalid = [](fp8quant_status_t st, const char* arg) { expect_invalid_argument(st, arg); };
-  invalid(run(64, nullptr, nullptr, 1), "group_size");
-  invalid(run(128, kRows, kRows, 1), "masked_m");
-  invalid(run(128, kRows, nullptr, 2), "m_indices");
-  invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, 1), "q");  // overlaps q
+  invalid(run(64, nullptr, nullptr, nullptr, 1), "group_size");
+  invalid(run(128, kRows, nullptr, kRows, 1), "masked_m");
+  invalid(run(128, kRows, nullptr, nullptr, 2), "m_indices");
+  invalid(run(128, nullptr, used, kRows, 2), "used_rows");  // used_rows needs m_indices
+  invalid(run(128, nullptr, nullptr, kRows, 2, 0), "align");
+  invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, nullptr, 1), "q");  // overlaps q
+  invalid(run(128, kRows, reinterpret_cast<const int32_t*>(static_cast<const char*>(scale) + 8), nullptr, 1), "scale");
 }
 
 void test_dispatch_validation() {
   void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
   const int32_t* offsets = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
   const int32_t* counts = reinterpret_cast<const int32_t*>(uintptr_t{14} << 20);
-  const auto run = [&](int64_t tokens, int64_t group_size, const int32_t* row_offsets, const int32_t* row_counts,
-                       const int32_t* row_token) {
-    return fp8quant_moe_dispatch_quant(kY, FP8QUANT_DTYPE_BFLOAT16, tokens, 1024, 1024, row_token, 2048, row_offsets,
-                                       row_counts, 8, 64, kOut, 64 * 1024, 1024, scale, FP8QUANT_SCALE_MN_TMA, 0,
-                                       group_size, 1e-10f, nullptr);
+  // 100 tokens, k = 2, 8 experts: contiguous rows 2048 (max_m 0), or masked 8 x 64 (row_offsets null)
+  const auto run = [&](int64_t tokens, int64_t group_size, const int32_t* slot_rows, const int32_t* row_counts,
+                       const int32_t* row_offsets, int64_t max_m, int64_t k = 2, int64_t align = 128) {
+    return fp8quant_moe_dispatch_quant(kY, FP8QUANT_DTYPE_BFLOAT16, tokens, 1024, 1024, slot_rows, k, row_counts,
+                                       row_offsets, 8, align, 2048, max_m, kOut, 64 * 1024, 1024, scale,
+                                       FP8QUANT_SCALE_MN_TMA, 0, group_size, 1e-10f, nullptr);
   };
   const auto invalid = [](fp8quant_status_t st, const char* arg) { expect_invalid_argument(st, arg); };
   if (!have_gpu()) {
-    EXPECT(run(100, 128, nullptr, nullptr, kRows) == FP8QUANT_ERROR_NO_DEVICE);
-    EXPECT(run(100, 128, offsets, counts, kRows) == FP8QUANT_ERROR_NO_DEVICE);
+    EXPECT(run(100, 128, kRows, counts, offsets, 0) == FP8QUANT_ERROR_NO_DEVICE);
+    EXPECT(run(100, 128, kRows, counts, nullptr, 64) == FP8QUANT_ERROR_NO_DEVICE);
   }
-  invalid(run(0, 128, nullptr, nullptr, kRows), "tokens");
-  invalid(run(100, 64, nullptr, nullptr, kRows), "group_size");
-  invalid(run(100, 128, offsets, nullptr, kRows), "counts");
-  invalid(run(100, 128, nullptr, nullptr, nullptr), "row_token");
-  invalid(run(100, 128, nullptr, nullptr, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64)), "q");
+  EXPECT(run(0, 128, kRows, counts, offsets, 0) == FP8QUANT_SUCCESS);  // no tokens: nothing to write
+  invalid(run(-1, 128, kRows, counts, offsets, 0), "tokens");
+  invalid(run(100, 64, kRows, counts, offsets, 0), "group_size");
+  invalid(run(100, 128, kRows, counts, offsets, 0, 0), "k");
+  invalid(run(100, 128, kRows, counts, offsets, 0, 1025), "k");
+  invalid(run(100, 128, kRows, counts, offsets, 0, 2, 0), "align");
+  invalid(run(100, 128, kRows, counts, offsets, 64), "max_m");  // contiguous: max_m must be 0
+  invalid(run(100, 128, kRows, counts, nullptr, 0), "max_m");   // masked: max_m >= 1
+  invalid(run(100, 128, kRows, nullptr, offsets, 0), "counts");
+  invalid(run(100, 128, nullptr, counts, offsets, 0), "slot_rows");
+  invalid(run(100, 128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64), counts, offsets, 0), "q");
 }
 
 uint16_t bf16(float f) {

@@ -101,13 +101,35 @@ def whole(t: torch.Tensor, buffer: Buffer) -> torch.Tensor:
     return bits(t.as_strided((buffer.numel,), (1,)))
 
 
-def compare_outputs(outs, refs, buffers, label: str, *, x=None, locate=None) -> None:
-    """Every output bit-identical to the reference's, strided ones over their whole buffer."""
+def compare_outputs(outs, refs, buffers, label: str, *, x=None, locate=None, written=None, poisoned=False) -> None:
+    """Every output bit-identical to the reference's, strided ones over their whole buffer.
+
+    ``written``: for ops that leave parts of their outputs alone (the MoE layouts' rows without
+    tokens), one bool tensor per output shaped like ``whole(output)`` (None: every element),
+    True where the op writes. Elements it does not write must still hold the poison when the
+    outputs were ``poisoned`` (out= buffers), and are not compared otherwise."""
     for i, (o, r, b) in enumerate(zip(outs, refs, buffers, strict=True)):
+        got, want = whole(o, b), whole(r, b).to(o.device)
+        mask = None if written is None else written[i]
+        if mask is not None:
+            rest = torch.full_like(got, _fill_value(b.dtype)) if poisoned else got
+            want = torch.where(mask.to(o.device), want, rest)
         assert_bitwise_equal(
-            whole(o, b), whole(r, b), f"{label}: output {i}", x=x if b.stride is None else None,
+            got, want, f"{label}: output {i}", x=x if b.stride is None else None,
             locate=locate if b.stride is not None else None, value_dtype=b.dtype,
         )  # fmt: skip
+
+
+def rows_written(buffers, q_rows: torch.Tensor, scale_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``written`` masks (see compare_outputs) of an op with outputs ``(q [*, M, K], scale)``
+    that writes whole rows: ``q_rows`` bool ``[*, M]``, the rows of q it writes; ``scale_rows``
+    bool ``[*, rows]``, the rows of the scale layout it writes, its padding rows included."""
+    qb, sb = buffers
+    q_mask = q_rows.unsqueeze(-1).expand(*q_rows.shape, qb.shape[-1])
+    s_mask = torch.zeros(sb.numel, dtype=torch.bool, device=scale_rows.device)
+    full = s_mask.as_strided(sb.full_shape, sb.stride)
+    full.copy_(scale_rows.unsqueeze(-1).expand(full.shape))
+    return q_mask, s_mask
 
 
 def check_geometry(outs, buffers, device) -> None:
@@ -209,25 +231,26 @@ def buffer_bytes(b: Buffer) -> int:
 Call = Callable[..., tuple[torch.Tensor, ...]]  # call(out=None) -> outputs
 
 
-def check_op(call: Call, refs, buffers, *, x=None, locate=None, out_kwargs=None):
+def check_op(call: Call, refs, buffers, *, x=None, locate=None, out_kwargs=None, written=None):
     """Run the op into poisoned out= buffers, then with allocated outputs over a dirtied
-    allocator: both bit-identical to ``refs`` (whole buffers), nothing written outside, and the
-    allocated outputs of the declared geometry. Returns the allocated outputs."""
+    allocator: both bit-identical to ``refs`` (whole buffers, or the ``written`` parts: see
+    compare_outputs), nothing written outside, and the allocated outputs of the declared
+    geometry. Returns the allocated outputs."""
     device = refs[0].device if x is None else x.device
     poisoned = PoisonedOutputs.new(buffers, device, **(out_kwargs or {}))
     got = call(out=poisoned.outs)
     assert all(g is o for g, o in zip(got, poisoned.outs)), "out= must return the given tensors"
-    compare_outputs(poisoned.outs, refs, buffers, "out=", x=x, locate=locate)
+    compare_outputs(poisoned.outs, refs, buffers, "out=", x=x, locate=locate, written=written, poisoned=True)
     poisoned.assert_nothing_written_outside()
 
     dirty_allocator(*(buffer_bytes(b) for b in buffers))
     got = call()
     check_geometry(got, buffers, device)
-    compare_outputs(got, refs, buffers, "allocated", x=x, locate=locate)
+    compare_outputs(got, refs, buffers, "allocated", x=x, locate=locate, written=written)
     return got
 
 
-def check_side_stream(call: Call, refs, buffers, *, x=None) -> None:
+def check_side_stream(call: Call, refs, buffers, *, x=None, written=None) -> None:
     """out= and allocating calls enqueued on a non-default stream give the reference bytes."""
     poisoned = PoisonedOutputs.new(buffers, refs[0].device)
     side = torch.cuda.Stream()
@@ -236,15 +259,19 @@ def check_side_stream(call: Call, refs, buffers, *, x=None) -> None:
         call(out=poisoned.outs)
         got = call()
     side.synchronize()
-    compare_outputs(poisoned.outs, refs, buffers, "out= on a side stream", x=x)
-    compare_outputs(got, refs, buffers, "allocated on a side stream", x=x)
+    compare_outputs(poisoned.outs, refs, buffers, "out= on a side stream", x=x, written=written, poisoned=True)
+    compare_outputs(got, refs, buffers, "allocated on a side stream", x=x, written=written)
     poisoned.assert_nothing_written_outside()
 
 
-def check_graph(call: Call, new_inputs: Callable[[], None], reference: Callable[[], tuple], buffers, *, variant: str) -> None:
+def check_graph(
+    call: Call, new_inputs: Callable[[], None], reference: Callable[[], tuple], buffers, *, variant: str,
+    written: Callable[[], tuple] | None = None,
+) -> None:  # fmt: skip
     """Capture ``call`` (into poisoned out= buffers, or allocating), then twice: change the
     inputs in place (``new_inputs``), re-poison the outputs, replay, and compare with
-    ``reference()`` of the new inputs."""
+    ``reference()`` of the new inputs (on the parts ``written()`` gives, if given: see
+    compare_outputs)."""
     poisoned = PoisonedOutputs.new(buffers, "cuda")
 
     def run():
@@ -265,7 +292,8 @@ def check_graph(call: Call, new_inputs: Callable[[], None], reference: Callable[
             whole(o, b).fill_(_fill_value(b.dtype))
         graph.replay()
         torch.cuda.synchronize()
-        compare_outputs(outs, reference(), buffers, f"graph replay {replay}")
+        compare_outputs(outs, reference(), buffers, f"graph replay {replay}",
+                        written=None if written is None else written(), poisoned=True)  # fmt: skip
         if variant == "out":
             poisoned.assert_nothing_written_outside()
 

@@ -89,32 +89,6 @@ def test_moe_mode_needs_a_gpu():
         args.run(args)
 
 
-def test_torch_combine_chain_is_the_reference():
-    """The bench's PyTorch baseline computes what moe_combine computes (up to float32 summation order)."""
-    from fp8quant import reference  # noqa: PLC0415
-    from fp8quant.bench_moe import torch_combine  # noqa: PLC0415
-
-    g = torch.Generator().manual_seed(0)
-    rows = torch.tensor([[0, 2, -1], [1, -1, 3]], dtype=torch.int32)
-    y, w = torch.randn(4, 16, generator=g), torch.rand(2, 3, generator=g)
-    assert torch.allclose(torch_combine(y, rows, w), reference.moe_combine(y, rows, w), rtol=1e-6, atol=1e-6)
-
-
-def test_torch_routing_chain_is_the_reference():
-    """The bench's synchronization-free PyTorch routing computes what moe_routing computes."""
-    from fp8quant import reference  # noqa: PLC0415
-    from fp8quant.bench_moe import torch_routing  # noqa: PLC0415
-
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(-1, 20, (100, 4), generator=g, dtype=torch.int32)  # drops, other ranks' experts
-    rows = 100 * 4 + 16 * 127
-    want = reference.moe_routing(ids, 16, max_m_sum=rows)
-    got = torch_routing(ids, 16, 128, rows)
-    names = ("counts", "row_offsets", "m_indices", "row_token", "inv_perm")
-    for name, value in zip(names, got):
-        assert torch.equal(value, getattr(want, name)), name
-
-
 def test_norm_mode_needs_a_gpu():
     args = build_parser().parse_args(["bench", "--norm"])
     if torch.cuda.is_available():

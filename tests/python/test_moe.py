@@ -48,7 +48,9 @@ def test_argument_errors(call, error, match):
 def test_routing_cpu_call_is_the_reference():
     got = fp8quant.moe_routing(TOPK, 4, align=4, max_m=3)
     ref = R.moe_routing(TOPK, 4, align=4, max_m=3)
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert all(torch.equal(a, b) for a, b in zip(got[:6], ref[:6]))
+    assert got.status is None  # checked as it was made
+    got.check()
     with pytest.raises(TypeError, match=r"^topk_ids must be an int32 or int64 tensor \[T, k\]$"):
         fp8quant.moe_routing(TOPK.float(), 4)
 
@@ -94,3 +96,36 @@ def test_dispatch_cpu_call_is_the_reference():
         fp8quant.moe_dispatch_quant(x[:, :200], r)
     with pytest.raises(TypeError, match=r"^routing must be"):
         fp8quant.moe_dispatch_quant(x, tuple(r))
+    with pytest.raises(ValueError, match=r"^x has 2 tokens but the routing was made for 3 "):
+        fp8quant.moe_dispatch_quant(x[:2], r)
+    with pytest.raises(ValueError, match=r"needs a routing made with max_m"):
+        fp8quant.moe_dispatch_quant(x, R.moe_routing(TOPK, 4), layout="masked", max_m=3)
+    with pytest.raises(ValueError, match=r"^align must be an int >= 1, got 0$"):
+        fp8quant.moe_dispatch_quant(x, r, align=0)
+
+
+@pytest.mark.parametrize(
+    "t,k,e,align,want",
+    [
+        (1, 8, 256, 128, (1024, 1)),  # 8 slots, 8 experts each padded to 128 rows
+        (16, 8, 256, 128, (16384, 16)),  # 128 slots: 128 + 128 * 127 rows
+        (4096, 8, 256, 128, (65280, 4096)),  # 32768 + 256 * 127 = 65280 = 510 * 128
+        (0, 8, 256, 128, (0, 1)),
+        (3, 2, 4, 4, (20, 3)),  # 6 + 4 * 3 = 18, rounded to 20
+    ],
+)
+def test_moe_bounds(t, k, e, align, want):
+    assert tuple(fp8quant.moe_bounds(t, k, e, align=align)) == want
+
+
+def test_moe_bounds_hold_every_routing():
+    """The bound is reached: one slot per expert for min(T*k, E) experts, the rest on one."""
+    gen = torch.Generator().manual_seed(5)
+    for t, k, e in ((1, 8, 256), (5, 2, 4), (16, 8, 256), (40, 8, 16)):
+        bounds = fp8quant.moe_bounds(t, k, e)
+        for _ in range(20):
+            ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)]).to(torch.int32)
+            r = R.moe_routing(ids, e, max_m_sum=bounds.max_m_sum, max_m=bounds.max_m)  # raises if too small
+            assert int(r.row_offsets[-1]) <= bounds.max_m_sum and int(r.counts.max()) <= bounds.max_m
+    with pytest.raises(ValueError, match=r"^top_k must be an int >= 1, got 0$"):
+        fp8quant.moe_bounds(4, 0, 8)

@@ -11,7 +11,7 @@ import torch
 import fp8quant
 from fp8quant import reference as R
 from fp8quant.moe import _combine as OP
-from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting
+from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting, rows_written
 
 pytestmark = pytest.mark.gpu
 
@@ -105,14 +105,20 @@ def test_routing_public_call_and_bounds(gen):
     ids = torch.randint(-1, 16, (500, 8), generator=gen, device="cuda", dtype=torch.int32)
     got = fp8quant.moe_routing(ids, 16, max_m=500)
     ref = R.moe_routing(ids, 16, max_m=500)
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert all(torch.equal(a, b) for a, b in zip(got[:6], ref[:6]))
     with pytest.raises(ValueError) as kernel_error:
-        fp8quant.moe_routing(ids, 16, max_m_sum=100)
+        fp8quant.moe_routing(ids, 16, max_m_sum=100, validate=True)
     with pytest.raises(ValueError) as reference_error:
         R.moe_routing(ids, 16, max_m_sum=100)
     assert str(kernel_error.value) == str(reference_error.value)
     with pytest.raises(ValueError, match=r"^max_m=10 is smaller than the \d+ slots of the busiest expert$"):
-        fp8quant.moe_routing(ids, 16, max_m=10)
+        fp8quant.moe_routing(ids, 16, max_m=10)  # without max_m_sum: checked at once (it synchronizes anyway)
+    late = fp8quant.moe_routing(ids, 16, max_m_sum=100)  # with it: no synchronization, the status kept
+    with pytest.raises(ValueError, match=r"^max_m_sum=100 is smaller than M_sum=\d+ "):
+        late.check()
+    fine = fp8quant.moe_routing(ids, 16, **fp8quant.moe_bounds(500, 8, 16)._asdict())
+    fine.check()
+    assert int(fine.status) == 0
     r = fp8quant.moe_routing(ids, 16, max_m_sum=100, max_m=10, validate=False)  # never written past the bounds
     assert r.m_indices.numel() == 100 and int(r.inv_perm.max()) < 100 and int(r.masked_row.max()) < 16 * 10
 
@@ -134,15 +140,34 @@ from fp8quant.moe import _silu as SILU  # noqa: E402
 FORMATS = [("row", False), ("mn", True), ("mn_tma", False), ("mn_tma", True), ("packed_ue8m0", True)]
 
 
-def check_silu(x, layout, ue8m0, *, m_indices=None, masked_m=None, out_kwargs=None):
+def align_up(n: torch.Tensor, a: int) -> torch.Tensor:
+    return (n + a - 1) // a * a
+
+
+def silu_written(buffers, x, m_indices, row_offsets, masked_m, align):
+    """The parts of silu_mul_quant's outputs it writes (docs/contract.md, "MoE"): q of the rows
+    that hold tokens; scales of every row in a tile, padding rows (scale 0) included."""
+    rows = torch.arange(buffers[1].full_shape[-2], device="cuda")
+    if m_indices is not None:
+        used = rows.numel() if row_offsets is None else int(row_offsets[-1])
+        return rows_written(buffers, m_indices >= 0, rows < used)
+    if masked_m is not None:
+        live = torch.arange(x.shape[1], device="cuda") < masked_m.unsqueeze(1)
+        return rows_written(buffers, live, rows < align_up(masked_m, align).unsqueeze(1))
+    return None
+
+
+def check_silu(x, layout, ue8m0, *, m_indices=None, row_offsets=None, masked_m=None, align=128, out_kwargs=None):
     empty = torch.empty(0, dtype=torch.int32, device="cuda")
     mi = empty if m_indices is None else m_indices
+    used = empty if row_offsets is None else row_offsets[-1:]
     mm = empty if masked_m is None else masked_m
     refs = R.silu_mul_quant(x, 128, scale_layout=layout, ue8m0=ue8m0, m_indices=m_indices, masked_m=masked_m)
+    buffers = SILU.buffers(x, mi, used, mm, align, 128, layout, ue8m0, 1e-10)
     check_op(
         lambda out=None: fp8quant.silu_mul_quant(x, scale_layout=layout, ue8m0=ue8m0, m_indices=m_indices,
-                                                 masked_m=masked_m, out=out),
-        refs, SILU.buffers(x, mi, mm, 128, layout, ue8m0, 1e-10), out_kwargs=out_kwargs,
+                                                 row_offsets=row_offsets, masked_m=masked_m, align=align, out=out),
+        refs, buffers, out_kwargs=out_kwargs, written=silu_written(buffers, x, m_indices, row_offsets, masked_m, align),
     )  # fmt: skip
 
 
@@ -161,18 +186,20 @@ def test_silu_mul_quant_dtypes(dtype, gen):
     check_silu(x, "packed_ue8m0", True)
 
 
-@pytest.mark.parametrize("layout,ue8m0", FORMATS[2:], ids=["mn_tma", "mn_tma+ue8m0", "packed_ue8m0"])
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
     ids = torch.randint(-1, 8, (200, 2), generator=gen, device="cuda", dtype=torch.int32)
-    routing = R.moe_routing(ids, 8, align=128)
+    routing = R.moe_routing(ids, 8, align=128, max_m_sum=200 * 2 + 8 * 127 + 130)  # rows past M_sum too
     x = torch.randn(routing.m_indices.numel(), 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
     x[routing.m_indices < 0] = float("nan")  # padding rows must not be read
     check_silu(x, layout, ue8m0, m_indices=routing.m_indices)
-    xm = torch.randn(8, 96, 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
-    masked_m = torch.randint(0, 97, (8,), generator=gen, device="cuda", dtype=torch.int32)
-    masked_m[0] = 0  # an expert without tokens
-    xm[torch.arange(96, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
-    check_silu(xm, layout, ue8m0, masked_m=masked_m)
+    check_silu(x, layout, ue8m0, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
+    xm = torch.randn(8, 97, 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
+    masked_m = torch.randint(0, 98, (8,), generator=gen, device="cuda", dtype=torch.int32)
+    masked_m[0], masked_m[1], masked_m[2] = 0, 97, 33  # without tokens; full; a tile past max_m
+    xm[torch.arange(97, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+    for align in (128, 16, 1):
+        check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
 
 
 def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
@@ -180,7 +207,7 @@ def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
     check_silu(wide[:, 1 : 1 + 2 * 384], "mn_tma", False)  # misaligned rows: the element-wise path
     x = torch.randn(300, 2 * 1024, generator=gen, device="cuda").to(torch.bfloat16)
     empty = torch.empty(0, dtype=torch.int32, device="cuda")
-    buffers = SILU.buffers(x, empty, empty, 128, "packed_ue8m0", True, 1e-10)
+    buffers = SILU.buffers(x, empty, empty, empty, 128, 128, "packed_ue8m0", True, 1e-10)
     call = lambda out=None: fp8quant.silu_mul_quant(x, scale_layout="packed_ue8m0", out=out)  # noqa: E731
     check_side_stream(call, R.silu_mul_quant(x, scale_layout="packed_ue8m0"), buffers)
     for pdl in (True, False):
@@ -200,13 +227,32 @@ def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
 from fp8quant.moe import _dispatch as DISPATCH  # noqa: E402
 
 
-def check_dispatch(x, routing, layout, max_m, scale_layout, ue8m0):
+def dispatch_args(x, routing, layout, max_m, scale_layout, ue8m0, align=128):
+    slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    return (x, slot_rows, routing.counts, routing.row_offsets, routing.m_indices.numel(),
+            max_m if layout == "masked" else 0, align, 128, scale_layout, ue8m0, 1e-10)  # fmt: skip
+
+
+def dispatch_written(buffers, routing, layout, max_m, align=128):
+    """The parts of moe_dispatch_quant's outputs it writes: q of the rows holding a token;
+    scales of every row of each expert's tile (below M_sum when contiguous)."""
+    rows = torch.arange(buffers[1].full_shape[-2], device="cuda")
+    if layout == "contiguous":
+        live = torch.zeros(routing.m_indices.numel(), dtype=torch.bool, device="cuda")
+        kept = routing.inv_perm[routing.inv_perm >= 0].long()
+        live[kept] = True
+        return rows_written(buffers, live, rows < int(routing.row_offsets[-1]))
+    counts = routing.counts.unsqueeze(1)
+    return rows_written(buffers, torch.arange(max_m, device="cuda") < counts, rows < align_up(counts, align))
+
+
+def check_dispatch(x, routing, layout, max_m, scale_layout, ue8m0, align=128):
     refs = R.moe_dispatch_quant(x, routing, 128, layout=layout, max_m=max_m, scale_layout=scale_layout, ue8m0=ue8m0)
-    args = (x, routing.row_token, routing.row_offsets, routing.counts, max_m or 0, 128, scale_layout, ue8m0, 1e-10)
+    buffers = DISPATCH.buffers(*dispatch_args(x, routing, layout, max_m, scale_layout, ue8m0, align))
     check_op(
-        lambda out=None: fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=max_m,
+        lambda out=None: fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=max_m, align=align,
                                                      scale_layout=scale_layout, ue8m0=ue8m0, out=out),
-        refs, DISPATCH.buffers(*args),
+        refs, buffers, written=dispatch_written(buffers, routing, layout, max_m, align),
     )  # fmt: skip
 
 
@@ -228,10 +274,11 @@ def test_dispatch(t, k, e, gen):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 def test_dispatch_formats_and_dtypes(dtype, layout, ue8m0, gen):
     ids = torch.randint(-1, 8, (100, 2), generator=gen, device="cuda", dtype=torch.int32)
-    routing = fp8quant.moe_routing(ids, 8, max_m_sum=100 * 2 + 8 * 128 + 3, max_m=40)  # trailing rows too
+    routing = fp8quant.moe_routing(ids, 8, max_m_sum=100 * 2 + 8 * 128 + 3, max_m=41)  # trailing rows too
     x = torch.randn(100, 384, generator=gen, device="cuda").to(dtype)
     check_dispatch(x, routing, "contiguous", None, layout, ue8m0)
-    check_dispatch(x, routing, "masked", 40, layout, ue8m0)
+    for align in (128, 16, 1):  # tiles past max_m, inside it, none
+        check_dispatch(x, routing, "masked", 41, layout, ue8m0, align)
 
 
 def test_dispatch_strided_tokens_graph(gen):
@@ -241,12 +288,25 @@ def test_dispatch_strided_tokens_graph(gen):
     check_dispatch(wide[:, 8:], routing, "contiguous", None, "mn_tma", False)  # rows 16-byte aligned, strided
     check_dispatch(wide[:, 1:1025], routing, "contiguous", None, "row", False)  # misaligned: element-wise
     x = torch.randn(64, 1024, generator=gen, device="cuda").to(torch.bfloat16)
-    args = (x, routing.row_token, routing.row_offsets, routing.counts, 0, 128, "mn_tma", False, 1e-10)
+    buffers = DISPATCH.buffers(*dispatch_args(x, routing, "contiguous", None, "mn_tma", False))
+    written = dispatch_written(buffers, routing, "contiguous", None)
+    call = lambda out=None: fp8quant.moe_dispatch_quant(x, routing, out=out)  # noqa: E731
+    check_side_stream(call, R.moe_dispatch_quant(x, routing), buffers, written=written)
     for pdl in (True, False):
         with pdl_setting(pdl):
-            check_graph(lambda out=None: fp8quant.moe_dispatch_quant(x, routing, out=out),
-                        lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
-                        lambda: R.moe_dispatch_quant(x, routing), DISPATCH.buffers(*args), variant="out")  # fmt: skip
+            check_graph(call, lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),
+                        lambda: R.moe_dispatch_quant(x, routing), buffers, variant="out",
+                        written=lambda: written)  # fmt: skip
+
+
+def test_dispatch_no_tokens(gen):
+    routing = fp8quant.moe_routing(torch.empty(0, 8, dtype=torch.int32, device="cuda"), 8, max_m_sum=128, max_m=4)
+    x = torch.empty(0, 256, dtype=torch.bfloat16, device="cuda")
+    for layout, max_m in (("contiguous", None), ("masked", 4)):
+        buffers = DISPATCH.buffers(*dispatch_args(x, routing, layout, max_m, "mn_tma", False))
+        refs = R.moe_dispatch_quant(x, routing, 128, layout=layout, max_m=max_m)
+        check_op(lambda out=None: fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=max_m, out=out),
+                 refs, buffers, written=dispatch_written(buffers, routing, layout, max_m))  # fmt: skip
 
 
 @pytest.mark.skipif(

@@ -124,7 +124,7 @@ def check_routing(t: int, k: int, e: int, rows: int, max_m: int, gen) -> bool:
         ref = fp8quant.reference.moe_routing(ids, e, expert_offset=e // 2, max_m_sum=rows, max_m=max_m or None)
     except ValueError:
         return r.inv_perm.numel() == 0 or int(r.inv_perm.max()) < rows  # overflow: the kernels stayed in bounds
-    return all(torch.equal(a, b) for a, b in zip(r, ref) if a is not None)
+    return all(torch.equal(a, b) for a, b in zip(r[:6], ref[:6]) if a is not None)
 
 
 def check_silu(shape, layout: str, gen) -> bool:
@@ -136,9 +136,18 @@ def check_silu(shape, layout: str, gen) -> bool:
         x[kwargs["m_indices"] < 0] = float("nan")
     else:
         kwargs["masked_m"] = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]
-    q, s = fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs)
+    q, s = zeroed(fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs))
+    fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs, out=(q, s))  # rows without tokens stay 0
     rq, rs = fp8quant.reference.silu_mul_quant(x, scale_layout=layout, **kwargs)
     return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+
+
+def zeroed(outs):
+    """Outputs whose whole buffers are 0: where an MoE op writes nothing (rows without tokens),
+    they then hold the zeros the reference writes there."""
+    for t in outs:
+        t.untyped_storage().fill_(0)
+    return outs
 
 
 def check_dispatch(t: int, k: int, e: int, layout: str, gen) -> bool:
@@ -148,7 +157,8 @@ def check_dispatch(t: int, k: int, e: int, layout: str, gen) -> bool:
     x = torch.randn(t, 384, device="cuda", generator=gen).to(torch.bfloat16)
     ok = True
     for kind, max_m in (("contiguous", None), ("masked", t * k)):
-        q, s = fp8quant.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
+        q, s = zeroed(fp8quant.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout))
+        fp8quant.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout, out=(q, s))
         rq, rs = fp8quant.reference.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
         ok &= torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
     return bool(ok)

@@ -1,0 +1,110 @@
+"""fp8quant.moe_layer and MoELayer on the CPU (the reference backend): the layer against the
+unquantized float32 layer, both layouts equal, expert parallelism by expert_offset, the layout
+policy and the argument checks. The GPU backends are tested in test_moe_layer_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8quant
+from fp8quant.gemm import calc_diff
+from fp8quant.moe_layer import AUTO_PLAN, LAYOUT_BY_TOKENS, choose_layout, moe_layer_bf16, plan
+
+
+def layer_inputs(t, h=256, inter=256, e=8, k=2, seed=0, device="cpu"):
+    """Tokens, top-k routing of a softmax router, and bf16 expert weights scaled like a trained
+    layer's (unit-variance outputs)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(t, h, generator=gen, device=device).to(torch.bfloat16)
+    w13 = (torch.randn(e, 2 * inter, h, generator=gen, device=device) / h**0.5).to(torch.bfloat16)
+    w2 = (torch.randn(e, h, inter, generator=gen, device=device) / inter**0.5).to(torch.bfloat16)
+    logits = torch.randn(t, e, generator=gen, device=device)
+    weights, ids = torch.topk(logits.softmax(-1), k)
+    return x, ids.to(torch.int32), weights, w13, w2
+
+
+@pytest.mark.parametrize("t", [1, 5, 64])
+def test_reference_layer_against_unquantized(t):
+    x, ids, weights, w13, w2 = layer_inputs(t)
+    q13, q2 = fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2)
+    want = moe_layer_bf16(x, ids, weights, w13, w2)
+    outs = [fp8quant.moe_layer(x, ids, weights, q13, q2, layout=layout) for layout in ("contiguous", "masked")]
+    assert outs[0].dtype == torch.bfloat16 and outs[0].shape == x.shape
+    assert torch.equal(outs[0], outs[1])  # the same rows through either layout, the same GEMM per row
+    assert calc_diff(outs[0].float(), want) < 4e-3  # four e4m3 roundings on the way (GPU tests: the bar)
+    layer = fp8quant.MoELayer(q13, q2, layout="masked")
+    assert torch.equal(layer(x, ids, weights), outs[0])
+    assert "experts=8" in repr(layer)
+
+
+def test_expert_parallel_ranks_add_up():
+    """Two ranks holding experts 0-3 and 4-7 give, summed, the single-rank layer."""
+    x, ids, weights, w13, w2 = layer_inputs(33)
+    whole = fp8quant.moe_layer(x, ids, weights, fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2))
+    parts = [
+        fp8quant.moe_layer(x, ids, weights, fp8quant.prepare_experts(w13[r : r + 4]),
+                           fp8quant.prepare_experts(w2[r : r + 4]), expert_offset=r).float()
+        for r in (0, 4)
+    ]  # fmt: skip
+    assert calc_diff(parts[0] + parts[1], whole.float()) < 1e-5  # one bf16 rounding each
+
+
+def test_dropped_slots_and_no_tokens():
+    x, ids, weights, w13, w2 = layer_inputs(6)
+    q13, q2 = fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2)
+    ids[0] = -1  # token 0 goes nowhere
+    out = fp8quant.moe_layer(x, ids, weights, q13, q2)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    empty = fp8quant.moe_layer(x[:0], ids[:0], weights[:0], q13, q2)
+    assert empty.shape == (0, x.shape[1])
+
+
+def test_checkpoint_weights_are_kept():
+    _, _, _, w13, _ = layer_inputs(1)
+    q, s = fp8quant.per_block_quant(w13)
+    prepared = fp8quant.prepare_experts(q, s)
+    assert prepared.q is q or torch.equal(prepared.q.view(torch.uint8), q.view(torch.uint8))
+    with pytest.raises(ValueError, match=r"needs its block scales: float32 \(8, 4, 2\)"):
+        fp8quant.prepare_experts(q)
+    with pytest.raises(ValueError, match=r"K a positive multiple of 128"):
+        fp8quant.prepare_experts(torch.ones(2, 128, 100))
+
+
+def test_layout_policy():
+    for backend, table in LAYOUT_BY_TOKENS.items():
+        assert table[-1][0] == float("inf")
+        assert [b for b, _ in table] == sorted(b for b, _ in table)
+        for t in (1, 16, 128, 4096, 10**6):
+            assert choose_layout(t, backend) in ("contiguous", "masked")
+            assert plan(t, backend) == (backend, choose_layout(t, backend))
+            assert plan(t, backend, "masked") == (backend, "masked")
+    assert AUTO_PLAN[-1][0] == float("inf")
+    for t in (1, 16, 128, 4096, 10**6):
+        backend, layout = plan(t)
+        assert (backend, layout) in {(b, lay) for _, b, lay in AUTO_PLAN}
+        assert plan(t, "auto", "contiguous") == (backend, "contiguous")
+
+
+@pytest.mark.parametrize(
+    "change,error,match",
+    [
+        ({"x": torch.ones(4, 256)}, TypeError, r"^x must be a bfloat16 tensor"),
+        ({"topk_ids": torch.zeros(3, 2, dtype=torch.int32)}, ValueError, r"^topk_ids has 3 tokens, x 4$"),
+        ({"topk_weights": torch.ones(4, 3)}, ValueError, r"^topk_weights must be a float tensor of topk_ids' shape"),
+        ({"layout": "ragged"}, ValueError, r"^layout must be one of"),
+        ({"backend": "cutlass"}, ValueError, r"^backend must be one of"),
+        ({"backend": "triton"}, ValueError, r"needs CUDA tensors"),
+        ({"expert_offset": -1}, ValueError, r"^expert_offset must be an int >= 0"),
+        ({"w2": "swap"}, ValueError, r"^w2 must be \[E, H, I\]"),
+    ],
+)  # fmt: skip
+def test_argument_errors(change, error, match):
+    x, ids, weights, w13, w2 = layer_inputs(4)
+    q13, q2 = fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2)
+    args = {"x": x, "topk_ids": ids, "topk_weights": weights, "w13": q13, "w2": q2}
+    if change.get("w2") == "swap":
+        change = {"w2": fp8quant.prepare_experts(w2[:, :128].transpose(1, 2).contiguous().repeat(1, 2, 1))}
+    args.update(change)
+    with pytest.raises(error, match=match):
+        fp8quant.moe_layer(**args)
