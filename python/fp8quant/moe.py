@@ -126,8 +126,9 @@ def moe_routing(
             Without it M_sum is computed first (one synchronization).
         max_m: rows per expert of the masked layout ``[E, max_m, H]``.
         validate: whether to raise ValueError here when a bound is too small (the reference's
-            message). ``None`` (default): only when that costs no extra synchronization, i.e.
-            without ``max_m_sum``; otherwise the kernel's status stays on the device in
+            message). ``None`` (default): only without ``max_m_sum``, where the call synchronizes
+            anyway (to compute M_sum; the check adds one more read); otherwise the kernel's
+            status stays on the device in
             ``routing.status`` and :meth:`~fp8quant.reference.MoeRouting.check` reads it when
             the caller chooses. ``True``: read it now (skipped while tracing or capturing);
             ``False``: never. The kernels never write past the bounds: slots that do not fit
@@ -152,7 +153,7 @@ def moe_routing(
         topk_ids, num_experts, expert_offset, align, rows, max_m or 0
     )
     routing = reference.MoeRouting(
-        counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None, status
+        counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None, status, max_m
     )
     if validate is None:
         validate = max_m_sum is None
@@ -269,7 +270,11 @@ def _silu_launch(x, m_indices, used_rows, masked_m, q, scale, align, group_size,
 
 
 def _silu_reference(x, m_indices, used_rows, masked_m, align, group_size, scale_layout, ue8m0, eps):
-    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling)."""
+    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling);
+    rows at or past ``used_rows`` count as padding, whatever m_indices holds there."""
+    if m_indices.numel() and used_rows.numel():
+        rows = torch.arange(m_indices.numel(), device=m_indices.device)
+        m_indices = torch.where(rows < used_rows.to(m_indices.device), m_indices, -1)
     return reference.silu_mul_quant(
         x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps,
         m_indices=m_indices if m_indices.numel() else None, masked_m=masked_m if masked_m.numel() else None,
@@ -316,7 +321,8 @@ def silu_mul_quant(
         group_size: 128 on the GPU (DeepGEMM's groups); the CPU reference takes 32, 64 or 128.
         m_indices: int32 ``[M]`` of the contiguous MoE layout: rows with -1 are padding.
         row_offsets: the routing's int32 ``[E + 1]`` (with ``m_indices``): rows at or past
-            ``row_offsets[E]`` (M_sum) are not touched, so the work follows the tokens, not the bound.
+            ``row_offsets[E]`` (M_sum) are not read or written, whatever ``m_indices`` holds
+            there, so the work follows the tokens, not the bound.
         masked_m: int32 ``[E]`` of the masked layout ``[E, max_m, 2N]``: rows past it are padding.
         align: rows per tile of the masked layout (its padding rows below
             ``align_up(masked_m[e], align)`` get zero scales).
@@ -465,6 +471,8 @@ def moe_dispatch_quant(
         raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
     if layout == "masked" and routing.masked_row is None:
         raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
+    if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
+        raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
     if isinstance(align, bool) or not isinstance(align, int) or align < 1:
         raise ValueError(f"align must be an int >= 1, got {align!r}")
     if x.shape[0] != routing.inv_perm.shape[0]:

@@ -24,9 +24,10 @@ decode sizes, DeepGEMM at prefill), else Triton on a GPU, else the reference.
 
 **Static bounds.** Every buffer is sized from T, k and E alone (:func:`fp8quant.moe_bounds`), and
 nothing is read back from the device: a call can be captured in a CUDA graph for a fixed T and
-replayed on any routing of T tokens. Routing bounds cannot overflow for top-k ids that are
-distinct per token (what ``torch.topk`` gives); ``routing.check()`` outside the graph says so
-otherwise.
+replayed on any routing of T tokens (the DeepGEMM and Triton backends; the reference backend
+synchronizes). The contiguous layout holds any ids; the masked layout holds T slots per expert,
+which top-k ids distinct per token (what ``torch.topk`` gives) never exceed: with repeated ids,
+the slots past T of one expert are dropped. Use ``layout="contiguous"`` for such routings.
 """
 
 from __future__ import annotations
@@ -238,7 +239,8 @@ def moe_layer(
         expert_offset: global id of local expert 0 (expert parallelism).
 
     Returns:
-        bfloat16 ``[T, H]``. Capturable in a CUDA graph (no host synchronization).
+        bfloat16 ``[T, H]``. Capturable in a CUDA graph on the DeepGEMM and Triton backends (no
+        host synchronization); the reference backend synchronizes.
     """
     _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset)
     if layout not in _LAYOUTS:

@@ -316,6 +316,7 @@ class MoeRouting(NamedTuple):
       ``[E, max_m, H]``, -1 for a dropped slot; None without ``max_m``.
     - ``status`` int32 ``[1]`` or None: the routing kernel's bound check, kept on the device
       (:meth:`check` reads it); None where the routing was checked when it was made.
+    - ``max_m``: the masked layout's rows per expert that ``masked_row`` encodes, or None.
     """
 
     counts: torch.Tensor
@@ -325,6 +326,7 @@ class MoeRouting(NamedTuple):
     inv_perm: torch.Tensor
     masked_row: torch.Tensor | None
     status: torch.Tensor | None = None
+    max_m: int | None = None
 
     def check(self) -> None:
         """Raise ValueError if a bound given to the routing was too small (slots that did not fit
@@ -406,7 +408,7 @@ def moe_routing(
         masked_row = torch.where(valid, expert * max_m + rank, torch.full_like(rank, -1)).to(torch.int32).view(t, k)
     return MoeRouting(
         counts.to(torch.int32), row_offsets.to(torch.int32), m_indices, row_token,
-        row.to(torch.int32).view(t, k), masked_row,
+        row.to(torch.int32).view(t, k), masked_row, None, max_m,
     )  # fmt: skip
 
 

@@ -110,8 +110,8 @@ __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t
   } else {
     b = e;
   }
-  const int32_t first = static_cast<int32_t>(max(lo, int64_t{0}));
   const int32_t last = static_cast<int32_t>(min(hi, int64_t{p.dest_rows}));
+  const int32_t first = static_cast<int32_t>(min(max(lo, int64_t{0}), int64_t{last}));  // clamped in 64 bits
   const int32_t cols = kOrder == ScaleOrder::kPacked ? p.slots / 4 : p.num_groups;
   for (int32_t col = c0; col < min(c0 + kPadColumns, cols); ++col) {
     for (int32_t m = first + static_cast<int32_t>(threadIdx.x); m < last; m += static_cast<int32_t>(blockDim.x)) {
@@ -175,8 +175,12 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       live = live && pos.m < count;
       in_tile = in_tile && pos.m < (count + p.pad_align - 1) / p.pad_align * p.pad_align;
     } else if (p.row_map != nullptr) {
+      if (p.used_rows != nullptr) {  // rows past M_sum are not touched, whatever m_indices holds there
+        const int32_t used = __ldg(p.used_rows);
+        live = live && pos.m < used;
+        in_tile = in_tile && pos.m < used;
+      }
       live = live && __ldg(p.row_map + pos.m) >= 0;
-      if (p.used_rows != nullptr) in_tile = in_tile && pos.m < __ldg(p.used_rows);
     }
   }
 

@@ -102,6 +102,20 @@ def test_dispatch_cpu_call_is_the_reference():
         fp8quant.moe_dispatch_quant(x, R.moe_routing(TOPK, 4), layout="masked", max_m=3)
     with pytest.raises(ValueError, match=r"^align must be an int >= 1, got 0$"):
         fp8quant.moe_dispatch_quant(x, r, align=0)
+    with pytest.raises(ValueError, match=r"^max_m=4 differs from the routing's max_m=3 "):
+        fp8quant.moe_dispatch_quant(x, r, layout="masked", max_m=4)
+
+
+def test_silu_rows_past_m_sum_are_padding_on_the_cpu_too():
+    """With row_offsets, a row past M_sum is padding whatever m_indices says (the kernel neither
+    reads nor writes it); the CPU path writes it as zeros."""
+    x = torch.randn(6, 512, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    m_indices = torch.tensor([0, 0, -1, -1, 1, 1], dtype=torch.int32)  # a stale id past M_sum = 4
+    row_offsets = torch.tensor([0, 4], dtype=torch.int32)
+    q, s = fp8quant.silu_mul_quant(x, m_indices=m_indices, row_offsets=row_offsets, scale_layout="row")
+    rq, rs = R.silu_mul_quant(x, m_indices=torch.tensor([0, 0, -1, -1, -1, -1], dtype=torch.int32), scale_layout="row")
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    assert bool((s[4:] == 0).all()) and bool((s[:2] > 0).all())
 
 
 @pytest.mark.parametrize(
@@ -119,7 +133,14 @@ def test_moe_bounds(t, k, e, align, want):
 
 
 def test_moe_bounds_hold_every_routing():
-    """The bound is reached: one slot per expert for min(T*k, E) experts, the rest on one."""
+    """The bounds hold random routings and are reached by the worst ones: every slot on its own
+    expert (M_sum = T*k*128 when T*k <= E), and every token on expert 0 (T slots there)."""
+    t, k, e = 16, 8, 256
+    bounds = fp8quant.moe_bounds(t, k, e)
+    spread = torch.arange(t * k, dtype=torch.int32).view(t, k)
+    assert int(R.moe_routing(spread, e).row_offsets[-1]) == bounds.max_m_sum
+    crowded = torch.cat([torch.zeros(t, 1, dtype=torch.int32), 1 + spread[:, 1:] % (e - 1)], 1)
+    assert int(R.moe_routing(crowded, e).counts.max()) == bounds.max_m
     gen = torch.Generator().manual_seed(5)
     for t, k, e in ((1, 8, 256), (5, 2, 4), (16, 8, 256), (40, 8, 16)):
         bounds = fp8quant.moe_bounds(t, k, e)

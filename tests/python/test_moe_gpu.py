@@ -150,7 +150,8 @@ def silu_written(buffers, x, m_indices, row_offsets, masked_m, align):
     rows = torch.arange(buffers[1].full_shape[-2], device="cuda")
     if m_indices is not None:
         used = rows.numel() if row_offsets is None else int(row_offsets[-1])
-        return rows_written(buffers, m_indices >= 0, rows < used)
+        live = (m_indices >= 0) & (torch.arange(m_indices.numel(), device="cuda") < used)
+        return rows_written(buffers, live, rows < used)
     if masked_m is not None:
         live = torch.arange(x.shape[1], device="cuda") < masked_m.unsqueeze(1)
         return rows_written(buffers, live, rows < align_up(masked_m, align).unsqueeze(1))
@@ -194,6 +195,9 @@ def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
     x[routing.m_indices < 0] = float("nan")  # padding rows must not be read
     check_silu(x, layout, ue8m0, m_indices=routing.m_indices)
     check_silu(x, layout, ue8m0, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
+    stale = routing.m_indices.clone()
+    stale[int(routing.row_offsets[-1]) + 1] = 3  # an expert id past M_sum: with row_offsets, untouched
+    check_silu(x, layout, ue8m0, m_indices=stale, row_offsets=routing.row_offsets)
     xm = torch.randn(8, 97, 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
     masked_m = torch.randint(0, 98, (8,), generator=gen, device="cuda", dtype=torch.int32)
     masked_m[0], masked_m[1], masked_m[2] = 0, 97, 33  # without tokens; full; a tile past max_m
