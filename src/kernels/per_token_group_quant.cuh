@@ -67,13 +67,13 @@ __device__ __forceinline__ Scale* scale_at(const QuantProblem& p, int64_t b, int
          (kOrder == ScaleOrder::kRow ? m * p.num_groups + col : static_cast<int64_t>(col) * rows + m);
 }
 
-// Store a team's group: its q slice at dst when `store_q`, its scale at scale_dst when
+// Store a team's group: its q slice at dst when `live`, its scale at scale_dst when
 // `store_scale` (0 unless `live`). Every lane calls it: the four teams of a packed word merge
 // their bytes by shuffles, and the first of them stores the word.
 template <int kTeam, ScaleOrder kOrder, bool kUE8M0, bool kAligned, typename Scale>
 __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, const QuantizedSlice<kUE8M0>& out,
-                                            int32_t g, int sub, bool store_q, bool live, bool store_scale) {
-  if (store_q) {
+                                            int32_t g, int sub, bool live, bool store_scale) {
+  if (live) {
     if constexpr (kAligned) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
     } else {
@@ -91,6 +91,15 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
   }
 }
 
+// The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
+__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) { return (count + align - 1) / align * align; }
+
+// Scale columns of a row: group columns, or packed words of four.
+template <ScaleOrder kOrder>
+__host__ __device__ __forceinline__ int32_t scale_columns(const QuantProblem& p) {
+  return kOrder == ScaleOrder::kPacked ? p.slots / 4 : p.num_groups;
+}
+
 // Scale columns one block of kScatter's padding part zeroes (the part has kPadColumns-wide
 // chunks of every expert's columns, one block each).
 constexpr int32_t kPadColumns = 8;
@@ -103,7 +112,7 @@ template <ScaleOrder kOrder>
 __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t e, int32_t c0) {
   using Scale = std::conditional_t<kOrder == ScaleOrder::kPacked, uint32_t, float>;
   const int64_t count = max(__ldg(p.row_counts + e), 0);
-  int64_t b = 0, lo = count, hi = (count + p.pad_align - 1) / p.pad_align * p.pad_align;
+  int64_t b = 0, lo = count, hi = tile_end(count, p.pad_align);
   if (p.row_starts != nullptr) {
     lo += __ldg(p.row_starts + e);
     hi = __ldg(p.row_starts + e + 1);
@@ -112,7 +121,7 @@ __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t
   }
   const int32_t last = static_cast<int32_t>(min(hi, int64_t{p.dest_rows}));
   const int32_t first = static_cast<int32_t>(min(max(lo, int64_t{0}), int64_t{last}));  // clamped in 64 bits
-  const int32_t cols = kOrder == ScaleOrder::kPacked ? p.slots / 4 : p.num_groups;
+  const int32_t cols = scale_columns<kOrder>(p);
   for (int32_t col = c0; col < min(c0 + kPadColumns, cols); ++col) {
     for (int32_t m = first + static_cast<int32_t>(threadIdx.x); m < last; m += static_cast<int32_t>(blockDim.x)) {
       *scale_at<kOrder, Scale>(p, b, m, col, p.dest_rows) = Scale{0};
@@ -173,7 +182,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     if (p.row_counts != nullptr) {
       const int64_t count = __ldg(p.row_counts + b);
       live = live && pos.m < count;
-      in_tile = in_tile && pos.m < (count + p.pad_align - 1) / p.pad_align * p.pad_align;
+      in_tile = in_tile && pos.m < tile_end(count, p.pad_align);
     } else if (p.row_map != nullptr) {
       if (p.used_rows != nullptr) {  // rows past M_sum are not touched, whatever m_indices holds there
         const int32_t used = __ldg(p.used_rows);
@@ -219,11 +228,11 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
         const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
         uint8_t* slot_dst = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
         store_group<kTeam, kOrder, kUE8M0, kAligned>(slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows),
-                                                      out, pos.g, sub, keep, keep, keep);
+                                                      out, pos.g, sub, keep, keep);
       }
     }
   } else {
-    store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, live, in_tile);
+    store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, in_tile);
   }
 }
 
@@ -272,8 +281,7 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
           const int threads = block_threads<Arch, kTeam>(problem);
           const int teams_per_block = threads / kTeam;
           problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
-          const int32_t cols = kOrder == ScaleOrder::kPacked ? problem.slots / 4 : problem.num_groups;
-          problem.pad_chunks = (cols + kPadColumns - 1) / kPadColumns;
+          problem.pad_chunks = (scale_columns<kOrder>(problem) + kPadColumns - 1) / kPadColumns;
           const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
           const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
           return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),

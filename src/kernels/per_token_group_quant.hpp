@@ -44,8 +44,8 @@ struct QuantProblem {
   //             (contiguous layout; rows below *used_rows, or every row without it, are in a tile).
   //   kScatter  teams walk x's rows (tokens); token t's quantized row is stored at the flat
   //             destination row row_map[t * slots_per_row + j] of each slot j ([dest_batch,
-  //             dest_m] rows; -1 or a row past them: dropped). Then one block per expert zeroes
-  //             the scales of that expert's tile padding: rows [row_starts[e] + row_counts[e],
+  //             dest_m] rows; -1 or a row past them: dropped). Then pad_chunks blocks per
+  //             expert zero the scales of that expert's tile padding: rows [row_starts[e] + row_counts[e],
   //             row_starts[e + 1]) (contiguous) or [row_counts[e], align_up(row_counts[e],
   //             pad_align)) of batch e (masked, row_starts null).
   QuantSource source;
