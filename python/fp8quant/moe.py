@@ -394,23 +394,9 @@ def _dispatch_launch(
 
 
 def _dispatch_reference(x, slot_rows, counts, row_offsets, rows, max_m, align, group_size, scale_layout, ue8m0, eps):
-    """Each slot's token at its row, then the reference quantizer; rows without a token zero
-    (where the kernel leaves q, and the scales past the tiles, unwritten)."""
-    h, e = x.shape[1], counts.shape[0]
-    total = rows if max_m == 0 else e * max_m
-    dest = slot_rows.reshape(-1).long()
-    token = torch.arange(dest.numel(), device=x.device) // max(slot_rows.shape[1], 1)
-    keep = (dest >= 0) & (dest < total)
-    xr = torch.zeros((total, h), dtype=x.dtype, device=x.device)
-    live = torch.zeros(total, dtype=torch.bool, device=x.device)
-    xr[dest[keep]] = x[token[keep]]
-    live[dest[keep]] = True
-    shape = (rows,) if max_m == 0 else (e, max_m)
-    q, scale = reference.per_token_group_quant(
-        xr.view(*shape, h), group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps
-    )
-    scale[~live.view(shape)] = 0
-    return q, scale
+    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling)."""
+    shape = (rows,) if max_m == 0 else (counts.shape[0], max_m)
+    return reference.moe_scatter_quant(x, slot_rows, shape, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
 
 
 _dispatch = Op(

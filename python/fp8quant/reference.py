@@ -8,6 +8,7 @@ quotient of two float32 numbers is never a double-rounding hazard: 53 >= 2*24 + 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -22,6 +23,7 @@ __all__ = [
     "moe_combine",
     "moe_dispatch_quant",
     "moe_routing",
+    "moe_scatter_quant",
     "pack_ue8m0",
     "per_block_quant",
     "per_token_group_quant",
@@ -438,28 +440,49 @@ def moe_dispatch_quant(
     kernel writes only their scales inside a tile (docs/contract.md, "Rows without a token")."""
     if layout not in ("contiguous", "masked"):
         raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    if layout == "contiguous":
+        return moe_scatter_quant(
+            x, routing.inv_perm, (routing.m_indices.numel(),), group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+            eps=eps,
+        )  # fmt: skip
+    if routing.masked_row is None or max_m is None:
+        raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
+    return moe_scatter_quant(
+        x, routing.masked_row, (routing.counts.numel(), max_m), group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+        eps=eps,
+    )  # fmt: skip
+
+
+def moe_scatter_quant(
+    x: torch.Tensor,
+    slot_rows: torch.Tensor,
+    rows_shape: tuple[int, ...],
+    group_size: int = 128,
+    *,
+    scale_layout: str = "mn_tma",
+    ue8m0: bool | None = None,
+    eps: float = 1e-10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token of ``x [T, H]`` quantized per group at the row of each of its slots:
+    ``slot_rows [T, k]`` holds flat rows of a layout of ``rows_shape`` rows (``(rows,)``
+    contiguous, ``(E, max_m)`` masked, rows ``e * max_m + rank``); -1, or a row outside the
+    layout, drops the slot. Rows without a token are zero, data and scales (the kernels write only
+    their scales inside a tile)."""
     check_quant_args(x, group_size, eps)
     if x.dim() != 2:
         raise ValueError(f"x must be [T, H], got shape {tuple(x.shape)}")
-    h = x.shape[1]
-    if layout == "contiguous":
-        tokens = routing.row_token.long()
-        filled = tokens >= 0
-        xr = torch.zeros((tokens.numel(), h), dtype=x.dtype, device=x.device)
-        xr[filled] = x[tokens[filled]]
-    else:
-        if routing.masked_row is None or max_m is None:
-            raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
-        e = routing.counts.numel()
-        xr = torch.zeros((e * max_m, h), dtype=x.dtype, device=x.device)
-        slots = routing.masked_row.reshape(-1).long()
-        keep = slots >= 0
-        tokens = torch.arange(slots.numel(), device=x.device) // routing.masked_row.shape[1]
-        xr[slots[keep]] = x[tokens[keep]]
-        xr = xr.view(e, max_m, h)
-        filled = torch.arange(max_m, device=x.device) < routing.counts.to(x.device).unsqueeze(1)
-    q, scale = per_token_group_quant(xr, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
-    return q, _zero_rows(scale, ~filled)
+    total = math.prod(rows_shape)
+    dest = slot_rows.reshape(-1).to(x.device).long()
+    token = torch.arange(dest.numel(), device=x.device) // max(slot_rows.shape[-1], 1)
+    keep = (dest >= 0) & (dest < total)
+    xr = torch.zeros((total, x.shape[1]), dtype=x.dtype, device=x.device)
+    filled = torch.zeros(total, dtype=torch.bool, device=x.device)
+    xr[dest[keep]] = x[token[keep]]
+    filled[dest[keep]] = True
+    q, scale = per_token_group_quant(
+        xr.view(*rows_shape, x.shape[1]), group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps
+    )
+    return q, _zero_rows(scale, ~filled.view(rows_shape))
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
