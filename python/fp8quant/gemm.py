@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import pack
+from . import pack, reference
 from ._checks import FP8_DTYPE, INPUT_DTYPES
 from ._ops import tracing
 from .layouts import align, empty_scale, scale_spec
@@ -472,21 +472,18 @@ def _deep_gemm(xq: QuantizedActivation, w: QuantizedWeight, out_dtype: torch.dty
 def _dequantize_activation(xq: QuantizedActivation) -> torch.Tensor:
     """float32 ``q * scale`` of every group."""
     q, s, fmt = xq
-    g = q.shape[-1] // fmt.group_size
     if fmt.scale_layout == "packed_ue8m0":
-        s = pack.unpack_ue8m0(s, g, "row")
-    return (q.float().unflatten(-1, (g, fmt.group_size)) * s.unsqueeze(-1)).flatten(-2)
+        s = pack.unpack_ue8m0(s, q.shape[-1] // fmt.group_size, "row")
+    return reference.dequantize_groups(q, s, fmt.group_size)
 
 
 def _dequantize_weight(w: QuantizedWeight) -> torch.Tensor:
     """float32 ``q * scale`` of every block."""
-    n, k = w.q.shape
+    k = w.q.shape[-1]
     bn, bk = w.format.block
-    if w.format.scales == "sm100_packed":
-        rows = pack.unpack_ue8m0(w.scale, -(-k // bk), "row")  # [N, kb]: each row its block row's scales
-    else:
-        rows = w.scale.repeat_interleave(bn, dim=0)[:n]
-    return w.q.float() * rows.repeat_interleave(bk, dim=1)[:, :k]
+    if w.format.scales == "sm100_packed":  # [N, kb]: each row its block row's scales
+        return reference.dequantize_blocks(w.q, pack.unpack_ue8m0(w.scale, -(-k // bk), "row"), (1, bk))
+    return reference.dequantize_blocks(w.q, w.scale, (bn, bk))
 
 
 def _reference(xq: QuantizedActivation, w: QuantizedWeight, out_dtype: torch.dtype) -> torch.Tensor:

@@ -52,6 +52,8 @@ from typing import NamedTuple
 
 import torch
 
+from .reference import dequantize_blocks, dequantize_groups
+
 try:
     import triton
     import triton.language as tl
@@ -484,17 +486,6 @@ def grouped_gemm_masked(
 # --------------------------------------------------------------------------------------------
 
 
-def _dequantize_rows(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """float32 ``q [R, K] * s [R, K/128]`` per 1 x 128 group."""
-    return (q.float().unflatten(-1, (-1, _BLOCK)) * s.unsqueeze(-1)).flatten(-2)
-
-
-def _dequantize_weight(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """float32 ``q [N, K] * s [ceil(N/128), K/128]`` per 128 x 128 block."""
-    rows = s.repeat_interleave(_BLOCK, dim=0)[: q.shape[0]]
-    return (q.float().unflatten(-1, (-1, _BLOCK)) * rows.unsqueeze(-1)).flatten(-2)
-
-
 def grouped_gemm_torch(
     a: tuple[torch.Tensor, torch.Tensor],
     b: tuple[torch.Tensor, torch.Tensor],
@@ -520,7 +511,7 @@ def grouped_gemm_torch(
                 continue
             # fp8 by its bytes: index_select has no float8 kernel on every device
             q = a_q.view(torch.uint8).index_select(0, rows).view(_FP8)
-            y = _dequantize_rows(q, a_s.index_select(0, rows)) @ _dequantize_weight(w_q[e], w_s[e]).t()
+            y = dequantize_groups(q, a_s.index_select(0, rows)) @ dequantize_blocks(w_q[e], w_s[e]).t()
             d.index_copy_(0, rows, y.to(d.dtype))
         return
     a_q, a_s, w_q, w_s, _ = _check_masked_args(a, b, d, masked_m)
@@ -528,5 +519,5 @@ def grouped_gemm_torch(
     for e, count in enumerate(masked_m.clamp(0, max_m).tolist()):
         if count == 0:
             continue
-        y = _dequantize_rows(a_q[e, :count], a_s[e, :count]) @ _dequantize_weight(w_q[e], w_s[e]).t()
+        y = dequantize_groups(a_q[e, :count], a_s[e, :count]) @ dequantize_blocks(w_q[e], w_s[e]).t()
         d[e, :count] = y.to(d.dtype)

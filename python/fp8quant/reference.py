@@ -20,6 +20,8 @@ __all__ = [
     "FP8_MAX",
     "MoeRouting",
     "convert_scales",
+    "dequantize_blocks",
+    "dequantize_groups",
     "moe_combine",
     "moe_dispatch_quant",
     "moe_routing",
@@ -289,9 +291,24 @@ def requantize_ue8m0(
     want = (*q.shape[:-2], -(-n // bn), -(-k // bk))
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != want:
         raise ValueError(f"scale must be float32 of shape {want} for q {tuple(q.shape)} and blocks {block_size}")
-    per_elem = scale.repeat_interleave(bn, dim=-2).repeat_interleave(bk, dim=-1)[..., :n, :k]
-    dequantized = (q.float() * per_elem).to(torch.bfloat16)
+    dequantized = dequantize_blocks(q, scale, (bn, bk)).to(torch.bfloat16)
     return per_block_quant(dequantized, block_size, ue8m0=True, eps=eps)
+
+
+def dequantize_groups(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128) -> torch.Tensor:
+    """float32 ``q * scale`` of ``q [..., K]`` quantized in 1 x ``group_size`` groups, ``scale
+    [..., K / group_size]`` in its logical (row-major) order, any strides."""
+    return (q.float().unflatten(-1, (-1, group_size)) * scale.unsqueeze(-1)).flatten(-2)
+
+
+def dequantize_blocks(q: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] = (128, 128)) -> torch.Tensor:
+    """float32 ``q * scale`` of ``q [..., N, K]`` quantized in ``block`` = (bn, bk) blocks, ``scale
+    [..., ceil(N/bn), ceil(K/bk)]``; edge blocks may be partial. ``bn = 1`` takes one scale row
+    per row of q (DeepGEMM SM100's unpacked weight scales)."""
+    n, k = q.shape[-2:]
+    bn, bk = block
+    per_elem = scale.repeat_interleave(bn, dim=-2)[..., :n, :].repeat_interleave(bk, dim=-1)[..., :k]
+    return q.float() * per_elem
 
 
 # --------------------------------------------------------------------------------------------

@@ -324,7 +324,7 @@ def layer_case(gen, t=200, h=2048, inter=512, e=16, k=4):
     def weight(n: int, kk: int):
         w = (torch.randn(e, n, kk, generator=gen, device="cuda") / kk**0.5).to(torch.bfloat16)
         q, scale = fp8quant.per_block_quant(w)
-        return types.SimpleNamespace(q=q, scale=scale), dequantize_blocks(q, scale)
+        return types.SimpleNamespace(q=q, scale=scale), R.dequantize_blocks(q, scale)
 
     (w13, w13_f), (w2, w2_f) = weight(2 * inter, h), weight(h, inter)
     ref = torch.zeros(t, h, device="cuda")
@@ -335,11 +335,6 @@ def layer_case(gen, t=200, h=2048, inter=512, e=16, k=4):
             act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
             ref.index_add_(0, rows, (act @ w2_f[j].t()) * weights[rows, slot].unsqueeze(1))
     return x, ids, weights, w13, w2, ref
-
-
-def dequantize_blocks(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    n, k = q.shape[-2:]
-    return q.float() * scale.repeat_interleave(128, dim=-2)[..., :n, :].repeat_interleave(128, dim=-1)[..., :k]
 
 
 @pytest.mark.gpu
