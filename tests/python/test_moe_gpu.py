@@ -353,6 +353,7 @@ def test_moe_layer_end_to_end(gen):
     path to within 1% of the reference-GEMM layer on the same data: what the kernels and
     scaled_mm add to the formats' error."""
     from fp8quant.gemm import calc_diff  # noqa: PLC0415
+    from fp8quant.moe_layer import moe_layer_bf16  # noqa: PLC0415
 
     t, h, inter, e, k = 256, 1024, 512, 8, 2
     x = torch.randn(t, h, generator=gen, device="cuda").to(torch.bfloat16)
@@ -362,13 +363,7 @@ def test_moe_layer_end_to_end(gen):
     weights, ids = torch.topk(logits.softmax(-1), k)
     ids = ids.to(torch.int32)
 
-    ref = torch.zeros(t, h, device="cuda")
-    for j in range(e):
-        rows, slot = (ids == j).nonzero(as_tuple=True)
-        if rows.numel():
-            gate_up = x[rows].float() @ w1[j].float().t()
-            act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-            ref.index_add_(0, rows, (act @ w2[j].float().t()) * weights[rows, slot].unsqueeze(1))
+    ref = moe_layer_bf16(x, ids, weights, w1, w2)
     diff = calc_diff(moe_layer(x, w1, w2, ids, weights, "scaled_mm").float(), ref)
     formats_diff = calc_diff(moe_layer(x, w1, w2, ids, weights, "reference").float(), ref)
     print(f"end-to-end MoE layer: calc_diff {diff:.3e} (reference GEMM: {formats_diff:.3e})")
