@@ -55,6 +55,14 @@ def check_quant_args(x: torch.Tensor, group_size: int, eps: float, eps_name: str
     check_eps(eps, eps_name)
 
 
+def check_int(value, name: str, minimum: int = 1, *, allow_none: bool = False) -> None:
+    """``value`` (the argument ``name``) is an int of at least ``minimum`` (or None, if allowed)."""
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
 def check_eps(eps: float, name: str = "eps") -> None:
     """eps (the argument ``name``) is a finite float32 of at least the smallest normal float32
     (the C API's rule)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import FP8_DTYPE
+from ._checks import FP8_DTYPE, check_int
 from .layouts import align, empty_scale
 
 try:
@@ -296,8 +296,7 @@ def _dispatch(
         raise ValueError(f"s must be float32 [{t}, {g}] (engine_quant's scales), got {s.dtype} {tuple(s.shape)}")
     if topk_ids.shape[0] != t or topk_ids.device != q.device or s.device != q.device:
         raise ValueError(f"topk_ids must be [{t}, k] on {q.device}, got {tuple(topk_ids.shape)} on {topk_ids.device}")
-    if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
-        raise ValueError(f"num_experts must be an int >= 1, got {num_experts!r}")
+    check_int(num_experts, "num_experts")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < (1 if masked else 0):
         raise ValueError(f"{'max_m' if masked else 'max_m_sum'} must be a positive int, got {rows!r}")
     k = topk_ids.shape[1]

@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 
 from . import reference
-from ._checks import FP8_DTYPE, INPUT_DTYPES, check_eps, resolve_ue8m0
+from ._checks import FP8_DTYPE, INPUT_DTYPES, check_eps, check_int, resolve_ue8m0
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
@@ -96,8 +96,7 @@ def moe_bounds(tokens: int, top_k: int, num_experts: int, *, align: int = 128) -
     """
     for name, value, minimum in (("tokens", tokens, 0), ("top_k", top_k, 1), ("num_experts", num_experts, 1),
                                  ("align", align, 1)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int(value, name, minimum)
     slots = tokens * top_k
     rows = slots + min(slots, num_experts) * (align - 1)
     return MoeBounds(-(-rows // align) * align, max(tokens, 1))
@@ -143,11 +142,9 @@ def moe_routing(
     if not topk_ids.is_contiguous():
         raise ValueError(f"topk_ids must be contiguous, got strides {tuple(topk_ids.stride())}")
     for name, value, minimum in (("num_experts", num_experts, 1), ("expert_offset", expert_offset, 0), ("align", align, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int(value, name, minimum)
     for name, value, minimum in (("max_m_sum", max_m_sum, 0), ("max_m", max_m, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-            raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        check_int(value, name, minimum, allow_none=True)
     rows = _m_sum(topk_ids, num_experts, expert_offset, align) if max_m_sum is None else max_m_sum
     counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status = _routing(
         topk_ids, num_experts, expert_offset, align, rows, max_m or 0
@@ -345,8 +342,7 @@ def silu_mul_quant(
         raise ValueError("give m_indices (contiguous layout) or masked_m (masked layout), not both")
     if row_offsets is not None and m_indices is None:
         raise ValueError("row_offsets applies to the contiguous layout: give m_indices with it")
-    if isinstance(align, bool) or not isinstance(align, int) or align < 1:
-        raise ValueError(f"align must be an int >= 1, got {align!r}")
+    check_int(align, "align")
     empty = torch.empty(0, dtype=torch.int32, device=x.device)
     for name, t, want in (("m_indices", m_indices, (x.shape[0],) if x.dim() == 2 else None),
                           ("masked_m", masked_m, (x.shape[0],) if x.dim() == 3 else None)):  # fmt: skip
@@ -459,8 +455,7 @@ def moe_dispatch_quant(
         raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
     if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
         raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
-    if isinstance(align, bool) or not isinstance(align, int) or align < 1:
-        raise ValueError(f"align must be an int >= 1, got {align!r}")
+    check_int(align, "align")
     if x.shape[0] != routing.inv_perm.shape[0]:
         raise ValueError(
             f"x has {x.shape[0]} tokens but the routing was made for {routing.inv_perm.shape[0]} "

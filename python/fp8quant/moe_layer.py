@@ -40,7 +40,7 @@ from typing import NamedTuple
 import torch
 
 from . import grouped_gemm, reference
-from ._checks import FP8_DTYPE
+from ._checks import FP8_DTYPE, check_int
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .weights import per_block_quant
 
@@ -205,8 +205,7 @@ def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None
         raise ValueError(f"w13's 2I = {two_i} must be a multiple of 256 (I a multiple of the 128-wide groups)")
     if w2.shape != (e, h, two_i // 2):
         raise ValueError(f"w2 must be [E, H, I] = {(e, h, two_i // 2)} for w13 {w13.shape}, got {w2.shape}")
-    if isinstance(expert_offset, bool) or not isinstance(expert_offset, int) or expert_offset < 0:
-        raise ValueError(f"expert_offset must be an int >= 0, got {expert_offset!r}")
+    check_int(expert_offset, "expert_offset", 0)
     for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device}, x on {x.device}")

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import FP8_DTYPE, FP32_MAX, check_block_quant_args, check_quant_args, resolve_ue8m0
+from ._checks import FP8_DTYPE, FP32_MAX, check_block_quant_args, check_int, check_quant_args, resolve_ue8m0
 from .layouts import ScaleSpec, scale_spec
 
 __all__ = [
@@ -361,13 +361,6 @@ class MoeRouting(NamedTuple):
             raise ValueError(f"max_m is smaller than the {int(self.counts.max())} slots of the busiest expert")
 
 
-def _check_positive_int(value, name: str, *, allow_none: bool = False, minimum: int = 1) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def moe_routing(
     topk_ids: torch.Tensor,
     num_experts: int,
@@ -385,11 +378,11 @@ def moe_routing(
     is too small raises ValueError. See :class:`MoeRouting` for the outputs."""
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
         raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
-    _check_positive_int(num_experts, "num_experts")
-    _check_positive_int(expert_offset, "expert_offset", minimum=0)
-    _check_positive_int(align, "align")
-    _check_positive_int(max_m_sum, "max_m_sum", allow_none=True, minimum=0)
-    _check_positive_int(max_m, "max_m", allow_none=True)
+    check_int(num_experts, "num_experts")
+    check_int(expert_offset, "expert_offset", 0)
+    check_int(align, "align")
+    check_int(max_m_sum, "max_m_sum", 0, allow_none=True)
+    check_int(max_m, "max_m", allow_none=True)
     device, (t, k), e = topk_ids.device, topk_ids.shape, num_experts
     ids = topk_ids.reshape(-1).to(torch.int64)
     local = ids - expert_offset
