@@ -6,7 +6,7 @@
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
 #      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 150 group-quantization, 14 weight, 5
-#      scale-transform, 6 MoE-combine, 4 MoE-routing and 64 RMSNorm kernels each;
+#      scale-transform, 6 MoE-combine, 6 MoE-routing and 64 RMSNorm kernels each;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
 #   4. tests/consumer (C++) built against the wheel's CMake package and against a plain
@@ -78,9 +78,9 @@ for wheel in "$out"/wheelhouse/*.whl; do
     # moe_combine: 3 dtypes x aligned = 6
     combine=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "moe_combine_kernel.*\.$arch\.")
     [ "$combine" -eq 6 ] || { echo "FAIL: $combine moe_combine kernels for $arch, expected 6"; exit 1; }
-    # moe routing: count and place x (int32, int64 ids) = 4
-    routing=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -cE "moe_(count|place)_kernel.*\.$arch\.")
-    [ "$routing" -eq 4 ] || { echo "FAIL: $routing moe routing kernels for $arch, expected 4"; exit 1; }
+    # moe routing: one-kernel route, count and place x (int32, int64 ids) = 6
+    routing=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -cE "moe_(route|count|place)_kernel.*\.$arch\.")
+    [ "$routing" -eq 6 ] || { echo "FAIL: $routing moe routing kernels for $arch, expected 6"; exit 1; }
     # rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 scale formats) = 64
     norms=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "rms_norm_kernel.*\.$arch\.")
     [ "$norms" -eq 64 ] || { echo "FAIL: $norms rms_norm kernels for $arch, expected 64"; exit 1; }

@@ -1,10 +1,20 @@
-// MoE routing metadata in two kernels, deterministic and without atomics on the layout:
+// MoE routing metadata, deterministic and without atomics on the layout. The i-th slot of an
+// expert in flat order gets rank i: row, token, masked row; the expert's padding rows and the
+// rows past M_sum are marked -1, and a bound that was too small is reported in the status word.
+//
+// Up to kOneKernelSlots slots and kOneKernelExperts experts (decode and prefill chunks up to
+// 8191 tokens at k = 8): one kernel. Every block counts all the slots per run in shared memory
+// (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
+// walking them again (ranks within a step from ballots), and marks the rows of its share of
+// [0, rows) that hold no token. The blocks repeat the counting (a few KiB of ids from
+// L2) so that no block waits for another.
+//
+// Larger problems: two kernels.
 //   count   one block per local expert counts its slots (counts[e]);
 //   place   one block per local expert sums the aligned counts of the experts before it (its
-//           first row), counts its slots again and gives the i-th of them in flat order rank i:
-//           row, token, masked row; then marks its padding rows. One more block marks the
-//           dropped slots and the rows past M_sum, and reports a bound that was too small in the
-//           status word.
+//           first row), counts its slots again and places them in order; then marks its padding
+//           rows. One more block marks the dropped slots and the rows past M_sum, and reports
+//           the bounds.
 // Each warp of a block owns one run of consecutive slots and walks it 32 slots a step, its lanes
 // reading consecutive ids (one 128-byte access a step); a slot's rank within the run comes from
 // ballots, and the runs' totals are summed across the block through shared memory (a few
@@ -18,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/dispatch.hpp"
@@ -89,6 +100,35 @@ __device__ __forceinline__ int64_t aligned_count(const RoutingProblem& p, int32_
   return (c + p.align - 1) / p.align * p.align;
 }
 
+// Clamp a row to int32 (a bound past it is reported in the status).
+__device__ __forceinline__ int32_t clamp_row(int64_t r) { return static_cast<int32_t>(min(r, int64_t{INT32_MAX})); }
+
+// Place slot s, the rank-th slot of expert e whose first row is first_row; note a bound it
+// does not fit.
+__device__ __forceinline__ void place_slot(const RoutingProblem& p, int32_t s, int32_t e, int64_t first_row,
+                                           int64_t rank, bool& rows_overflow, bool& max_m_overflow) {
+  const int64_t row = first_row + rank;
+  if (row < p.rows) {
+    p.inv_perm[s] = static_cast<int32_t>(row);
+    p.m_indices[row] = e;
+    p.row_token[row] = s / p.k;
+  } else {
+    p.inv_perm[s] = -1;
+    rows_overflow = true;
+  }
+  if (p.masked_row != nullptr) {
+    const bool fits = rank < p.max_m;
+    p.masked_row[s] = fits ? static_cast<int32_t>(int64_t{e} * p.max_m + rank) : -1;
+    max_m_overflow |= !fits;
+  }
+}
+
+// Mark dropped slot s.
+__device__ __forceinline__ void drop_slot(const RoutingProblem& p, int32_t s) {
+  p.inv_perm[s] = -1;
+  if (p.masked_row != nullptr) p.masked_row[s] = -1;
+}
+
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_count_kernel(const __grid_constant__ RoutingProblem p) {
   __shared__ int64_t partial[kRoutingWarps];
@@ -128,22 +168,19 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   if (e == p.experts) {
     // Dropped slots; rows past M_sum; the bound on M_sum
     for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
-      if (x == -1) {
-        p.inv_perm[s] = -1;
-        if (p.masked_row != nullptr) p.masked_row[s] = -1;
-      }
+      if (x == -1) drop_slot(p, s);
     });
     for (int64_t r = first_row + threadIdx.x; r < p.rows; r += kRoutingThreads) {
       p.m_indices[r] = -1;
       p.row_token[r] = -1;
     }
     if (threadIdx.x == 0) {
-      p.row_offsets[p.experts] = static_cast<int32_t>(min(first_row, int64_t{INT32_MAX}));
+      p.row_offsets[p.experts] = clamp_row(first_row);
       if (first_row > p.rows) atomicOr(p.status, FP8QUANT_ROUTING_ROWS_OVERFLOW);
     }
     return;
   }
-  if (threadIdx.x == 0) p.row_offsets[e] = static_cast<int32_t>(min(first_row, int64_t{INT32_MAX}));
+  if (threadIdx.x == 0) p.row_offsets[e] = clamp_row(first_row);
 
   // Rank of the run's first slot of this expert: its slots in the runs before
   int32_t mine = 0;
@@ -160,23 +197,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
     const bool hit = x == e;
     const unsigned ballot = __ballot_sync(0xFFFFFFFFu, hit);
-    if (hit) {
-      const int64_t my_rank = rank + __popc(ballot & ((1u << lane) - 1u));
-      const int64_t row = first_row + my_rank;
-      if (row < p.rows) {
-        p.inv_perm[s] = static_cast<int32_t>(row);
-        p.m_indices[row] = e;
-        p.row_token[row] = s / p.k;
-      } else {
-        p.inv_perm[s] = -1;
-        rows_overflow = true;
-      }
-      if (p.masked_row != nullptr) {
-        const bool fits = my_rank < p.max_m;
-        p.masked_row[s] = fits ? static_cast<int32_t>(int64_t{e} * p.max_m + my_rank) : -1;
-        max_m_overflow |= !fits;
-      }
-    }
+    if (hit) place_slot(p, s, e, first_row, rank + __popc(ballot & ((1u << lane) - 1u)), rows_overflow, max_m_overflow);
     rank += __popc(ballot);
   });
   if (rows_overflow) atomicOr(p.status, FP8QUANT_ROUTING_ROWS_OVERFLOW);
@@ -191,11 +212,151 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   }
 }
 
-// Launch both kernels for `problem` on `stream`.
+
+constexpr int32_t kOneKernelSlots = 65535;      // per-run counts and their prefixes fit uint16
+constexpr int32_t kOneKernelExperts = 512;      // the per-run counts fit shared memory
+constexpr int32_t kOneKernelRowsPerBlock = 1024;
+constexpr int32_t kOneKernelMaxBlocks = 128;
+
+// Whether the one-kernel routing takes `p`.
+inline bool routing_in_one_kernel(const RoutingProblem& p) {
+  return p.slots <= kOneKernelSlots && p.experts <= kOneKernelExperts;
+}
+
+// The lanes of the warp whose expert equals x (x in [kNoSlot, kOneKernelExperts)): one ballot
+// per bit of x - kNoSlot.
+__device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
+  constexpr int kBits = 10;
+  static_assert(kOneKernelExperts - kNoSlot <= (1 << kBits), "every expert and both marks fit the key");
+  const uint32_t key = static_cast<uint32_t>(x - kNoSlot);
+  unsigned peers = 0xFFFFFFFFu;
+#pragma unroll
+  for (int bit = 0; bit < kBits; ++bit) {
+    const bool set = key >> bit & 1u;
+    const unsigned lanes = __ballot_sync(0xFFFFFFFFu, set);
+    peers &= set ? lanes : ~lanes;
+  }
+  return peers;
+}
+
+template <class Arch, typename IdT>
+__global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
+  __shared__ uint16_t earlier[kRoutingWarps][kOneKernelExperts];  // per run; after the scan: in the runs before
+  __shared__ int64_t first[kOneKernelExperts + 1];                 // first row of each expert; [experts]: M_sum
+  __shared__ int32_t count[kOneKernelExperts];
+  __shared__ int64_t warp_sums[kRoutingWarps];
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned lanes_before = (1u << lane) - 1u;
+  const Run run = warp_run(p);
+  for (int32_t e = lane; e < p.experts; e += 32) earlier[warp][e] = 0;
+  __syncwarp();
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Count each run's slots per expert (shared atomics on the word holding the 16-bit count; a run
+  // has at most 2048 slots, so nothing carries into the neighbouring count)
+  for_each_step<IdT>(p, run, [&](int32_t, int64_t x) {
+    if (x >= 0) atomicAdd(reinterpret_cast<uint32_t*>(&earlier[warp][x & ~int64_t{1}]), 1u << (16 * (x & 1)));
+  });
+  __syncthreads();
+
+  // Count each expert; per run, keep its slots in the runs before
+  for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) {
+    int32_t total = 0;
+    for (int w = 0; w < kRoutingWarps; ++w) {
+      const int32_t c = earlier[w][e];
+      earlier[w][e] = static_cast<uint16_t>(total);
+      total += c;
+    }
+    count[e] = total;
+  }
+  __syncthreads();
+
+  // Scan the aligned counts: first rows (one expert per thread)
+  const int32_t e = threadIdx.x;
+  int64_t rows_through = e < p.experts ? (int64_t{count[e]} + p.align - 1) / p.align * p.align : 0;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int64_t v = __shfl_up_sync(0xFFFFFFFFu, rows_through, offset);
+    if (lane >= offset) rows_through += v;
+  }
+  if (lane == 31) warp_sums[warp] = rows_through;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) rows_through += warp_sums[w];
+  if (e < p.experts) first[e + 1] = rows_through;
+  if (e == 0) first[0] = 0;
+  const bool max_m_overflow = __syncthreads_or(p.masked_row != nullptr && e < p.experts && count[e] > p.max_m);
+  const int64_t m_sum = first[p.experts];
+
+  // Counts, first rows and status (block 0)
+  if (blockIdx.x == 0) {
+    if (e < p.experts) {
+      p.counts[e] = count[e];
+      p.row_offsets[e] = clamp_row(first[e]);
+    }
+    if (e == 0) {
+      p.row_offsets[p.experts] = clamp_row(m_sum);
+      *p.status = (m_sum > p.rows ? FP8QUANT_ROUTING_ROWS_OVERFLOW : 0) |
+                  (max_m_overflow ? FP8QUANT_ROUTING_MAX_M_OVERFLOW : 0);
+    }
+  }
+
+  // Place the slots of the runs this block owns, in order (the status has the bounds already)
+  if (warp % gridDim.x == blockIdx.x) {
+    bool rows_overflow = false, m_overflow = false;
+    for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
+      const unsigned peers = lanes_with_expert(x);
+      if (x >= 0) {
+        place_slot(p, s, static_cast<int32_t>(x), first[x], int64_t{earlier[warp][x]} + __popc(peers & lanes_before),
+                   rows_overflow, m_overflow);
+      } else if (x == -1) {
+        drop_slot(p, s);
+      }
+      __syncwarp();
+      if (x >= 0 && lane == __ffs(peers) - 1) earlier[warp][x] += __popc(peers);
+      __syncwarp();
+    });
+  }
+
+  // Mark the rows of this block's share that hold no token: padding rows and rows past M_sum
+  const int64_t rows_per_block = (int64_t{p.rows} + gridDim.x - 1) / gridDim.x;
+  const int64_t row_begin = blockIdx.x * rows_per_block;
+  const int64_t row_end = min(row_begin + rows_per_block, int64_t{p.rows});
+  for (int64_t r = row_begin + threadIdx.x; r < row_end; r += kRoutingThreads) {
+    bool token = false;
+    if (r < m_sum) {
+      int32_t lo = 0, hi = p.experts - 1;  // the expert whose rows hold r: first[lo] <= r < first[lo + 1]
+      while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        if (first[mid + 1] > r) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      token = r - first[lo] < count[lo];
+    }
+    if (!token) {
+      p.m_indices[r] = -1;
+      p.row_token[r] = -1;
+    }
+  }
+}
+
+// Launch the routing kernels for `problem` on `stream`.
 template <class Arch>
 fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t stream) {
   return FP8QUANT_DISPATCH_BOOL(problem.int64_ids, kInt64, [&] {
     using IdT = std::conditional_t<kInt64, int64_t, int32_t>;
+    if (routing_in_one_kernel(problem)) {
+      const int64_t blocks = std::clamp<int64_t>((int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock,
+                                                 1, kOneKernelMaxBlocks);
+      return cuda_error(launch_with_pdl(moe_route_kernel<Arch, IdT>, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads),
+                                        stream, problem, problem.pdl),
+                        "kernel launch");
+    }
     const auto count = moe_count_kernel<Arch, IdT>;
     const auto place = moe_place_kernel<Arch, IdT>;
     FP8QUANT_RETURN_IF_ERROR(cuda_error(

@@ -176,16 +176,20 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm volatile("griddepcontrol.launch_dependents;");
 
   // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
-  // their (zero) scales
+  // their (zero) scales; a block whose rows all lie past them leaves at once (its first row is
+  // the lowest: units run tile after tile)
   bool live = pos.valid, in_tile = pos.in_range;
   if constexpr (kSource == QuantSource::kSiluMul) {
+    const int32_t block_first_row = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block).m;
     if (p.row_counts != nullptr) {
-      const int64_t count = __ldg(p.row_counts + b);
+      const int64_t count = __ldg(p.row_counts + b), end = tile_end(count, p.pad_align);
+      if (block_first_row >= end) return;
       live = live && pos.m < count;
-      in_tile = in_tile && pos.m < tile_end(count, p.pad_align);
+      in_tile = in_tile && pos.m < end;
     } else if (p.row_map != nullptr) {
       if (p.used_rows != nullptr) {  // rows past M_sum are not touched, whatever m_indices holds there
         const int32_t used = __ldg(p.used_rows);
+        if (block_first_row >= used) return;
         live = live && pos.m < used;
         in_tile = in_tile && pos.m < used;
       }

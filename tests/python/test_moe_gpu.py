@@ -86,9 +86,11 @@ def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
     check_op(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
 
 
-@pytest.mark.parametrize("e", [8, 256])
+# One kernel takes t * k <= 65535 slots and e <= 512 experts, two kernels the rest: t = 8191 and
+# 8192 at k = 8 and e = 513 sit on the boundaries; the loose bound spreads the rows over blocks.
+@pytest.mark.parametrize("e", [8, 256, 513])
 @pytest.mark.parametrize("k", [1, 2, 8])
-@pytest.mark.parametrize("t", [0, 1, 7, 4096])
+@pytest.mark.parametrize("t", [0, 1, 7, 4096, 8191, 8192])
 def test_routing(t, k, e, gen):
     ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
     check_routing(ids, e, offset=e // 2, max_m=max(t * k, 1))  # half the ids belong to other ranks
@@ -99,6 +101,7 @@ def test_routing_experts_without_tokens_and_alignments(gen):
     ids = torch.randint(0, 4, (300, 4), generator=gen, device="cuda", dtype=torch.int32)  # experts 4..255 get none
     for align in (1, 3, 128, 256):
         check_routing(ids, 256, align=align, max_m=1200)
+    check_routing(ids, 256, rows=41 * 4096 + 3)  # 42 blocks: ten of them own no run of slots
 
 
 def test_routing_public_call_and_bounds(gen):
@@ -123,9 +126,10 @@ def test_routing_public_call_and_bounds(gen):
     assert r.m_indices.numel() == 100 and int(r.inv_perm.max()) < 100 and int(r.masked_row.max()) < 16 * 10
 
 
-def test_routing_in_a_graph(gen):
-    ids = torch.randint(-1, 16, (64, 8), generator=gen, device="cuda", dtype=torch.int32)
-    args = (ids, 16, 0, 128, 64 * 8 + 16 * 128, 64)
+@pytest.mark.parametrize("t", [64, 8192])  # one kernel, two kernels
+def test_routing_in_a_graph(t, gen):
+    ids = torch.randint(-1, 16, (t, 8), generator=gen, device="cuda", dtype=torch.int32)
+    args = (ids, 16, 0, 128, t * 8 + 16 * 128, t)
     for pdl in (True, False):
         with pdl_setting(pdl):
             check_graph(lambda out=None: ROUTING(*args, out=out),

@@ -84,8 +84,11 @@ def run_cases() -> tuple[int, int]:
     for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
         failures += not check_dispatch(t, k, e, layout, gen)
         cases += 1
-    for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60)):
-        failures += not check_routing(t, k, e, rows, max_m, gen)  # the last overflows both bounds
+    # One kernel up to 65535 slots and 512 experts, two kernels past either; the third and the
+    # last overflow both bounds
+    for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60),
+                                 (5, 8, 513, 70000, 5), (8192, 8, 16, 30000, 100)):
+        failures += not check_routing(t, k, e, rows, max_m, gen)
         cases += 1
     for m, h, layout, residual in ((1, 128, "packed_ue8m0", True), (5, 7168, "mn_tma", False), (130, 16384, "row", True)):
         failures += not check_norm(m, h, layout, residual, gen)
