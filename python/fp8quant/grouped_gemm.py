@@ -20,10 +20,10 @@ Layouts (checked on every call: dtype, shape and strides, one device):
   float32 ``[M, K/128]`` of strides exactly ``(1, align(M, 4))`` (``scale_layout="mn_tma"``);
   ``d`` bfloat16 ``[M, N]`` (row stride >= N, last dim contiguous); ``m_indices`` int32 ``[M]``,
   the expert of each row, -1 on padding rows (any id outside ``[0, E)`` is padding). Each
-  expert's rows form one segment that starts at a multiple of 128 (``fp8quant.moe_routing(...,
-  align=128)``, DeepGEMM's contiguous alignment): a tile of rows (its height divides 128) takes
-  its expert from its first row, is skipped when that row is padding, and reads and writes only
-  the rows of that expert. Padding rows of ``d`` are never written, whatever ``a_q`` and ``a_s``
+  expert's rows form one segment that starts at a multiple of the tile height
+  (``kernel_config(expected_m, contiguous=True).block_m``: 16, 64 or 128 rows; 128, DeepGEMM's
+  contiguous alignment, suits every tile): a tile of rows takes its expert from its first row, is
+  skipped when that row is padding, and reads and writes only the rows of that expert. Padding rows of ``d`` are never written, whatever ``a_q`` and ``a_s``
   hold there (NaN included).
 - masked: ``a_q`` float8_e4m3fn ``[E, max_m, K]`` (last dim contiguous, row and expert strides
   free); ``a_s`` float32 ``[E, max_m, K/128]`` of strides exactly ``(Ma * K/128, 1, Ma)``,
@@ -324,7 +324,7 @@ if triton is not None:
         pid_n = pid % num_nb
         row0 = (pid // num_nb) * BLOCK_M
         expert = tl.load(idx_ptr + row0)
-        if (expert < 0) | (expert >= num_experts):  # a padding tile (segments are 128-row aligned)
+        if (expert < 0) | (expert >= num_experts):  # a padding tile (segments start at tile rows)
             return
         offs_m = row0 + tl.arange(0, BLOCK_M)
         ids = tl.load(idx_ptr + offs_m, mask=offs_m < M, other=-1)
@@ -416,7 +416,8 @@ def grouped_gemm_contiguous(
             both contiguous.
         d: bfloat16 ``[M, N]``, written on the rows of experts only.
         m_indices: int32 ``[M]``: each row's expert, -1 on padding rows; experts' segments start
-            at multiples of 128.
+            at multiples of the tile height (``kernel_config(expected_m, contiguous=True).block_m``;
+            128 suits every tile).
         expected_m: typical rows per expert, to pick the tile shape (:func:`kernel_config`);
             None: 64-row tiles.
     """

@@ -9,12 +9,13 @@ quantize, grouped FP8 GEMM, weighted combine; the layout chosen for the batch si
     out = layer(x, topk_ids, topk_weights)
 
 **Layouts.** ``"contiguous"``: each expert's rows one after another, every expert padded to 128
-rows (DeepGEMM's ``m_grouped_fp8_gemm_nt_contiguous``); its GEMMs compute 128-row tiles, so at
-small T most of their work is padding. ``"masked"``: ``[E, max_m, H]``, one block of rows per
+rows for DeepGEMM (``m_grouped_fp8_gemm_nt_contiguous``, whose 128-row tiles at small T are
+mostly padding) and to the Triton GEMM's tile height (16 rows at decode sizes) for it
+(:func:`segment_align`). ``"masked"``: ``[E, max_m, H]``, one block of rows per
 expert, the rows in use given by the per-expert counts (``m_grouped_fp8_gemm_nt_masked``).
 ``layout="auto"`` picks by T from :data:`LAYOUT_BY_TOKENS` (measured on an H200, BENCHMARKS.md).
-The small-T form is the masked layout on fp8quant's Triton GEMM (:data:`AUTO_PLAN`): its cost
-follows the active experts, and the GEMM streams their weights near the copy bandwidth.
+The small-T form is fp8quant's Triton GEMM on segments of its own 16-row tiles (:data:`AUTO_PLAN`):
+its cost follows the active experts, and the GEMM streams their weights near the copy bandwidth.
 
 **Backends.** ``"deep_gemm"`` (DeepGEMM's grouped GEMMs, SM90), ``"triton"`` (fp8quant's own
 grouped block-FP8 GEMM, :mod:`fp8quant.grouped_gemm`, which reads the same layouts) and
@@ -44,7 +45,10 @@ from ._checks import FP8_DTYPE, check_int
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .weights import per_block_quant
 
-__all__ = ["AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "choose_layout", "moe_layer", "plan", "prepare_experts"]
+__all__ = [
+    "AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "choose_layout", "moe_layer", "plan", "prepare_experts",
+    "segment_align",
+]  # fmt: skip
 
 #: Rows each expert's segment is padded to in the contiguous layout (DeepGEMM SM90's M tile).
 ALIGN = 128
@@ -57,10 +61,14 @@ DEEP_GEMM_MASKED_ROWS = 128
 #: What ``backend="auto"`` runs for T tokens when DeepGEMM imports: the first ``(largest T,
 #: backend, layout)`` entry that holds T. From the layer benchmark on an H200 (DeepSeek-V3 shape,
 #: BENCHMARKS.md): fp8quant's Triton GEMM streams the active experts' weights faster than
-#: DeepGEMM's grouped GEMMs at decode sizes; DeepGEMM's contiguous GEMM wins at prefill.
+#: DeepGEMM's grouped GEMMs at decode sizes, on its contiguous layout (segments of 16-row tiles)
+#: except at T = 4, where the masked one is 2.6% faster (measured at T = 1, 4 and 16: the
+#: crossover lies between 4 and 16); DeepGEMM's masked GEMM wins at T = 512 and its contiguous
+#: GEMM at prefill.
 AUTO_PLAN: tuple[tuple[float, str, str], ...] = (
     (1, "triton", "contiguous"),
-    (128, "triton", "masked"),
+    (4, "triton", "masked"),
+    (128, "triton", "contiguous"),
     (512, "deep_gemm", "masked"),
     (1024, "triton", "contiguous"),
     (float("inf"), "deep_gemm", "contiguous"),
@@ -70,7 +78,7 @@ AUTO_PLAN: tuple[tuple[float, str, str], ...] = (
 #: layout)`` entry that holds T (the same benchmark).
 LAYOUT_BY_TOKENS: dict[str, tuple[tuple[float, str], ...]] = {
     "deep_gemm": ((1, "contiguous"), (1024, "masked"), (float("inf"), "contiguous")),
-    "triton": ((1, "contiguous"), (128, "masked"), (float("inf"), "contiguous")),
+    "triton": ((1, "contiguous"), (4, "masked"), (float("inf"), "contiguous")),
     "reference": ((float("inf"), "contiguous"),),
 }
 
@@ -164,6 +172,18 @@ def plan(tokens: int, backend: str = "auto", layout: str = "auto") -> tuple[str,
     return backend, auto_layout if layout == "auto" else layout
 
 
+def segment_align(backend: str, layout: str, expected_m: int) -> int:
+    """The rows each expert's segment of the layout is padded to: :data:`ALIGN` (128, DeepGEMM's
+    contiguous alignment and the masked layouts' tiles), except on the Triton GEMM's contiguous
+    layout, whose tiles are :func:`fp8quant.grouped_gemm.kernel_config`'s height for
+    ``expected_m`` rows per expert (16 at decode sizes): segments padded to that height hold no
+    tile that is all padding, so the GEMMs launch no program that has nothing to do, and the ops
+    around them see fewer rows."""
+    if backend == "triton" and layout == "contiguous":
+        return grouped_gemm.kernel_config(expected_m, contiguous=True).block_m
+    return ALIGN
+
+
 def _gemm(backend: str, layout: str, a: tuple, w: ExpertWeights, d: torch.Tensor, index: torch.Tensor,
           expected_m: int) -> None:  # fmt: skip
     """d = a @ w.T per expert, on the rows the layout's index marks (m_indices or the counts)."""
@@ -249,15 +269,16 @@ def moe_layer(
     backend, layout = plan(t, _resolve_backend(backend, x), layout)
     if t == 0:
         return torch.zeros_like(x)
-    bounds = moe_bounds(t, k, e, align=ALIGN)
     masked = layout == "masked"
+    expected_m = max(1, t * k // e)
+    align = segment_align(backend, layout, expected_m)
+    bounds = moe_bounds(t, k, e, align=align)
     max_m = bounds.max_m if backend != "deep_gemm" else -(-bounds.max_m // DEEP_GEMM_MASKED_ROWS) * DEEP_GEMM_MASKED_ROWS
     routing = moe_routing(
-        topk_ids.contiguous(), e, expert_offset=expert_offset, align=ALIGN, max_m_sum=bounds.max_m_sum,
+        topk_ids.contiguous(), e, expert_offset=expert_offset, align=align, max_m_sum=bounds.max_m_sum,
         max_m=max_m if masked else None,
     )  # fmt: skip
     weights = topk_weights.float().contiguous()
-    expected_m = max(1, t * k // e)
     dev = x.device
     if masked:
         rows = (e, max_m)

@@ -13,7 +13,7 @@ import torch
 import fp8quant
 from fp8quant import grouped_gemm
 from fp8quant.gemm import calc_diff
-from fp8quant.moe_layer import ALIGN, ExpertWeights, _gemm, moe_layer_bf16
+from fp8quant.moe_layer import ExpertWeights, _gemm, moe_layer_bf16, segment_align
 
 pytestmark = pytest.mark.gpu
 
@@ -64,10 +64,11 @@ def test_garbage_never_reaches_an_output(layout, backend):
     x, ids, weights, w13, w2 = layer_inputs(t, e=16, k=4)
     q13, q2 = fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2)
     e, two_i, h = q13.shape
-    bounds = fp8quant.moe_bounds(t, 4, e, align=ALIGN)
+    align = segment_align(backend, layout, 1)  # 16 on the Triton GEMM's contiguous layout, else 128
+    bounds = fp8quant.moe_bounds(t, 4, e, align=align)
     masked = layout == "masked"
     max_m = 128 if backend == "deep_gemm" else bounds.max_m  # the layer's DEEP_GEMM_MASKED_ROWS
-    routing = fp8quant.moe_routing(ids, e, max_m_sum=bounds.max_m_sum, max_m=max_m)
+    routing = fp8quant.moe_routing(ids, e, align=align, max_m_sum=bounds.max_m_sum, max_m=max_m)
     rows = (e, max_m) if masked else (bounds.max_m_sum,)
     index = routing.counts if masked else routing.m_indices
 
