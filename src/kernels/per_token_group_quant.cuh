@@ -195,6 +195,12 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       }
       live = live && __ldg(p.row_map + pos.m) >= 0;
     }
+    // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
+    // quantization of zeros below would store, without the work
+    if (__all_sync(kFullMask, !live)) {
+      store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false, in_tile);
+      return;
+    }
   }
 
   // Load
