@@ -15,12 +15,15 @@ Backends :func:`linear` runs:
 - ``"scaled_mm"`` (SM90): ``torch._scaled_mm`` with 1 x 128 activation scales of strides exactly
   ``(1, M)`` and ``scale_b = w_scale.t()``. cuBLASLt needs M % 4 == 0, so M is padded to a
   multiple of 4 (zero rows, sliced off the product). For K with ``ceil(K/128) % 4 != 0``
-  ``torch._scaled_mm`` refuses the padded weight scales and misreads unpadded ones (checked on
-  an H200, torch 2.11), so those K go through ``torch.nn.functional.scaled_mm`` with the padded
+  ``torch._scaled_mm`` refuses the padded weight scales and misreads unpadded ones
+  (docs/backends.md), so those K go through ``torch.nn.functional.scaled_mm`` with the padded
   buffer. Under torch.compile both are one opaque op (``fp8quant::scaled_mm_blockwise``). CUDA
   only: CPU operands take the reference path.
-- ``"deep_gemm"`` (SM90 and SM100): ``deep_gemm.fp8_gemm_nt``. DeepGEMM itself was not run here
-  (it is not installed on our H200); its argument contract is tested with a stand-in module.
+- ``"deep_gemm"`` (SM90 and SM100): ``deep_gemm.fp8_gemm_nt`` (DeepGEMM 2.6.1's signature; the
+  GPU suite compares the product with a direct ``fp8_gemm_nt`` call, docs/backends.md); the CPU
+  tests check the call with a stand-in that follows 2.6.1's signature and assertions. On SM90 the output is bfloat16 only (DeepGEMM's 1D2D kernel asserts it, so
+  ``out_dtype=torch.float32`` is refused here); SM100's 1D1D kernel writes bfloat16 or float32.
+  ``backend="auto"`` takes DeepGEMM when ``import deep_gemm`` succeeds (tried once per process).
   Calls go to the installed package as they are, so ``torch.compile`` breaks the graph there.
 - ``"reference"``: dequantize and multiply in float32, on any device.
 
@@ -30,8 +33,10 @@ size depends on values: they run under ``torch.compile(fullgraph=True)`` and in 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import functools
+import importlib
+import warnings
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
@@ -58,7 +63,7 @@ __all__ = [
 # Rows torch._scaled_mm (cuBLASLt) needs M padded to; the scaled_mm recipe's m_align
 _SCALED_MM_ROWS = 4
 _OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_DEEP_GEMM_OUT_DTYPES = (torch.bfloat16, torch.float32)  # fp8_gemm_nt's D
+_DEEP_GEMM_OUT_DTYPES = (torch.bfloat16, torch.float32)  # fp8_gemm_nt's D (SM90: bfloat16 only)
 
 
 class QuantizedActivation(NamedTuple):
@@ -90,14 +95,35 @@ class FormatMismatchError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-def _have_deep_gemm() -> bool:
-    """Whether ``import deep_gemm`` would find a module (one put in sys.modules counts)."""
-    if sys.modules.get("deep_gemm") is not None:
-        return True
+@functools.cache
+def _import_deep_gemm() -> tuple[ModuleType | None, Exception | None]:
+    """``import deep_gemm``, tried once per process: ``(module, None)``, or ``(None, the error)``.
+    Any exception counts as a failed import (DeepGEMM's ``__init__`` also asserts a CUDA home and
+    initializes its C++ runtime)."""
     try:
-        return importlib.util.find_spec("deep_gemm") is not None
-    except (ImportError, ValueError):
-        return False
+        return importlib.import_module("deep_gemm"), None
+    except Exception as error:  # noqa: BLE001 - whatever stops the import makes DeepGEMM unusable
+        return None, error
+
+
+def _not_installed(error: Exception) -> bool:
+    """The import failed because there is no ``deep_gemm`` package at all (nothing to warn about)."""
+    return isinstance(error, ModuleNotFoundError) and error.name == "deep_gemm"
+
+
+@functools.cache
+def _have_deep_gemm() -> bool:
+    """Whether ``import deep_gemm`` succeeds (decided once per process): ``backend="auto"``'s test.
+    A package that is there but fails to import gives one warning naming the error; ``"auto"``
+    then picks another backend."""
+    module, error = _import_deep_gemm()
+    if module is None and not _not_installed(error):
+        warnings.warn(
+            f"deep_gemm is installed but does not import ({type(error).__name__}: {error}); "
+            "backend='auto' picks torch._scaled_mm or the reference instead",
+            stacklevel=2,
+        )
+    return module is not None
 
 
 def _have_scaled_mm_v2() -> bool:
@@ -142,7 +168,8 @@ def _auto(n: int | None, k: int | None, device: torch.device, arch: int | None) 
 def select_backend(n: int, k: int, device: torch.device | str | None = None, *, arch: int | None = None) -> Recipe:
     """The recipe ``backend="auto"`` picks for a weight ``[n, k]`` on ``device``.
 
-    DeepGEMM when it is importable, the device is SM90 or SM100 and ``n % 64 == 0`` and
+    DeepGEMM when ``import deep_gemm`` succeeds (tried once per process; an installed package that
+    fails to import warns once), the device is SM90 or SM100 and ``n % 64 == 0`` and
     ``k % 128 == 0`` (vLLM's rule); else ``torch._scaled_mm`` on SM90 (N and K multiples of 16);
     else the reference. ``device`` defaults to the current CUDA device, or the CPU without one;
     a CPU device picks the reference unless ``arch`` names an architecture to plan for. The
@@ -453,14 +480,26 @@ def _scaled_mm(a_q: torch.Tensor, a_s: torch.Tensor, w: QuantizedWeight, out_dty
     return run(a_q, w.q.t(), a_s, scale_b, out_dtype, padded)
 
 
+def _check_deep_gemm_out_dtype(out_dtype: torch.dtype, arch: int) -> None:
+    """DeepGEMM 2.6.1 runs fp32-scaled operands on SM90 (``arch`` 9, the device's compute
+    capability) through its 1D2D kernel, which asserts a bfloat16 output; SM100's 1D1D kernel
+    writes bfloat16 or float32. Refused here instead of inside DeepGEMM."""
+    if arch == 9 and out_dtype != torch.bfloat16:
+        raise ValueError(
+            f"out_dtype {out_dtype}: SM90's DeepGEMM (fp8_gemm_nt's 1D2D kernel) writes bfloat16 only; "
+            "pass out_dtype=torch.bfloat16, or use backend='scaled_mm' for another output dtype"
+        )
+
+
 def _deep_gemm(xq: QuantizedActivation, w: QuantizedWeight, out_dtype: torch.dtype) -> torch.Tensor:
     """``deep_gemm.fp8_gemm_nt`` into a new ``[M, N]`` output: fp32 mn_tma and [nb, kb] scales on
     SM90; packed UE8M0 activation and weight rows with recipe (1, 1, 128) on SM100."""
-    try:
-        import deep_gemm  # noqa: PLC0415 - optional
-    except ImportError as exc:
-        raise ImportError(f"backend {w.recipe.name!r} needs DeepGEMM (the deep_gemm package): {exc}") from exc
-
+    deep_gemm, error = _import_deep_gemm()
+    if deep_gemm is None:
+        raise ImportError(
+            f"backend {w.recipe.name!r} needs DeepGEMM (the deep_gemm package), which does not import: "
+            f"{type(error).__name__}: {error}"
+        ) from error
     out = torch.empty((xq.q.shape[0], w.q.shape[0]), dtype=out_dtype, device=xq.q.device)
     if w.recipe.arch == 10:
         deep_gemm.fp8_gemm_nt((xq.q, xq.scale), (w.q, w.scale), out, recipe=(1, 1, 128))
@@ -508,7 +547,8 @@ def linear(
         backend: ``"auto"`` follows ``weight.recipe``; a name or Recipe must match it (else
             :class:`FormatMismatchError`, naming both formats); for an unprepared weight it
             chooses the recipe.
-        out_dtype: bfloat16 (default), float16 or float32 (DeepGEMM: bfloat16 or float32).
+        out_dtype: bfloat16 (default), float16 or float32 (DeepGEMM: bfloat16 on SM90, bfloat16
+            or float32 on SM100).
 
     Returns:
         ``[..., N]`` of ``out_dtype``. Recipes with ``runner=False`` (``"cutlass"``,
@@ -533,6 +573,8 @@ def linear(
         )
     if out_dtype not in (_DEEP_GEMM_OUT_DTYPES if r.backend == "deep_gemm" else _OUT_DTYPES):
         raise ValueError(f"out_dtype {out_dtype} is not one {r.name!r} writes")
+    if r.backend == "deep_gemm":  # DeepGEMM picks its kernel by the GPU's arch (the recipe's off CUDA)
+        _check_deep_gemm_out_dtype(out_dtype, _device_arch(device) or r.arch)
     if weight.q.device != device:
         raise ValueError(f"x is on {device}, the weight on {weight.q.device}: both must be on one device")
     n, k = weight.q.shape

@@ -13,7 +13,7 @@ rows for DeepGEMM (``m_grouped_fp8_gemm_nt_contiguous``, whose 128-row tiles at 
 mostly padding) and to the Triton GEMM's tile height (16 rows at decode sizes) for it
 (:func:`segment_align`). ``"masked"``: ``[E, max_m, H]``, one block of rows per
 expert, the rows in use given by the per-expert counts (``m_grouped_fp8_gemm_nt_masked``).
-``layout="auto"`` picks by T from :data:`LAYOUT_BY_TOKENS` (measured on an H200, BENCHMARKS.md).
+``layout="auto"`` picks by T from :data:`LAYOUT_BY_TOKENS` (from the layer benchmark, BENCHMARKS.md).
 The small-T form is fp8quant's Triton GEMM on segments of its own 16-row tiles (:data:`AUTO_PLAN`):
 its cost follows the active experts, and the GEMM streams their weights near the copy bandwidth.
 
@@ -33,15 +33,13 @@ the slots past T of one expert are dropped. Use ``layout="contiguous"`` for such
 
 from __future__ import annotations
 
-import functools
-import importlib
-import warnings
 from typing import NamedTuple
 
 import torch
 
 from . import grouped_gemm, reference
 from ._checks import FP8_DTYPE, check_int
+from .gemm import _have_deep_gemm, _import_deep_gemm
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .weights import per_block_quant
 
@@ -53,18 +51,17 @@ __all__ = [
 #: Rows each expert's segment is padded to in the contiguous layout (DeepGEMM SM90's M tile).
 ALIGN = 128
 #: DeepGEMM's masked GEMM stores whole row tiles (64 or 128 rows): with fewer rows per expert
-#: than a tile, the store of one expert's tile lands on the next expert's rows (seen on an H200
-#: at T = 1 to 16). Its masked layout therefore gets T rounded up to this many rows per expert;
+#: than a tile, the store of one expert's tile lands on the next expert's rows
+#: (docs/benchmarks-history.md, eleventh run). Its masked layout therefore gets T rounded up to this many rows per expert;
 #: only the rows holding tokens are written or computed, so the cost is memory, not time.
 DEEP_GEMM_MASKED_ROWS = 128
 
 #: What ``backend="auto"`` runs for T tokens when DeepGEMM imports: the first ``(largest T,
-#: backend, layout)`` entry that holds T. From the layer benchmark on an H200 (DeepSeek-V3 shape,
+#: backend, layout)`` entry that holds T. From the layer benchmark (DeepSeek-V3 shape,
 #: BENCHMARKS.md): fp8quant's Triton GEMM streams the active experts' weights faster than
 #: DeepGEMM's grouped GEMMs at decode sizes, on its contiguous layout (segments of 16-row tiles)
-#: except at T = 4, where the masked one is 2.6% faster (measured at T = 1, 4 and 16: the
-#: crossover lies between 4 and 16); DeepGEMM's masked GEMM wins at T = 512 and its contiguous
-#: GEMM at prefill.
+#: except at T = 4, where the masked one is faster (the crossover lies between 4 and 16, not
+#: measured finer); DeepGEMM's masked GEMM wins at T = 512 and its contiguous GEMM at prefill.
 AUTO_PLAN: tuple[tuple[float, str, str], ...] = (
     (1, "triton", "contiguous"),
     (4, "triton", "masked"),
@@ -122,14 +119,10 @@ def prepare_experts(w: torch.Tensor, scale: torch.Tensor | None = None) -> Exper
     return ExpertWeights(q, s)
 
 
-@functools.cache
 def _deep_gemm():
-    """DeepGEMM's module when it imports, else None (with one warning saying why)."""
-    try:
-        return importlib.import_module("deep_gemm")
-    except Exception as error:  # noqa: BLE001 - any import failure means: not usable here
-        warnings.warn(f"deep_gemm does not import ({error!r}); the MoE layer uses another backend", stacklevel=3)
-        return None
+    """DeepGEMM's module when ``import deep_gemm`` succeeds, else None: one import per process,
+    shared with :func:`fp8quant.linear` (an installed package that fails to import warns once)."""
+    return _import_deep_gemm()[0] if _have_deep_gemm() else None
 
 
 def _resolve_backend(backend: str, x: torch.Tensor) -> str:
@@ -144,7 +137,8 @@ def _resolve_backend(backend: str, x: torch.Tensor) -> str:
         if arch != 9:
             raise ValueError(f"backend='deep_gemm' runs the grouped GEMMs on SM90 here; this GPU is sm_{arch}x")
         if _deep_gemm() is None:
-            raise RuntimeError("backend='deep_gemm' needs the deep_gemm package, which does not import")
+            error = _import_deep_gemm()[1]
+            raise RuntimeError(f"backend='deep_gemm' needs the deep_gemm package, which does not import: {error!r}")
     if backend == "triton" and not grouped_gemm.available():
         raise RuntimeError("backend='triton' needs Triton, which does not import")
     if backend != "auto":

@@ -149,12 +149,14 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "deep_gemm", 9, _FP32_MN_TMA, _BLOCK, k_align=128, n_align=64, runner=True,
         source="DeepGEMM csrc/apis/layout.hpp: sfa MN-major TMA-aligned fp32, sfb [nb, kb] contiguous; "
-        "N % 64, K % 128 as vLLM routes to it. Not run here (DeepGEMM is not installed on our H200)",
+        "N % 64, K % 128 as vLLM routes to it; output bf16 only (the 1D2D kernel). Run on an H200 with "
+        "DeepGEMM 2.6.1 (GPU suite: linear bitwise equal to fp8_gemm_nt called directly)",
     ),
     Recipe(
         "deep_gemm", 10, _PACKED, WeightFormat("sm100_packed", ue8m0=True), k_align=128, n_align=64, runner=True,
         source="DeepGEMM csrc/apis/layout.hpp: pre-packed int32 UE8M0 scales with recipe (1, 1, 128); "
-        "weights re-quantized to power-of-two scales as SGLang/vLLM do. Not run here (no SM100 GPU)",
+        "weights re-quantized to power-of-two scales as SGLang/vLLM do; output bf16 or fp32 (the 1D1D "
+        "kernel). Not run (no SM100 GPU)",
     ),
     Recipe(
         "scaled_mm", 9, _FP32_MN_TMA, WeightFormat("block", ue8m0=False, scale_cols_align=4),

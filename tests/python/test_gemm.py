@@ -1,13 +1,21 @@
 """fp8quant.recipes and fp8quant.gemm on the CPU: the recipe table, quantize_activation and
 prepare_weight against the reference quantizers (bit-exact, whole buffers), the scaled_mm weight
 scales' padding, format mismatches refused by name, linear's reference path against a float64
-product, the operands linear hands torch._scaled_mm and DeepGEMM (through stand-ins that check the
-documented argument contracts: neither library runs here), torch.compile, and calc_diff."""
+product, the operands linear hands torch._scaled_mm and DeepGEMM (through stand-ins: torch 2.11's
+checks as measured on an H200, and DeepGEMM 2.6.1's signature and host-side assertions; neither
+library runs here, the GPU suite runs both), float32 output refused for DeepGEMM on SM90,
+backend="auto" deciding on a real import of deep_gemm, torch.compile, and calc_diff."""
 
 from __future__ import annotations
 
+import ast
+import importlib.machinery
+import importlib.util
+import inspect
 import sys
 import types
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -152,39 +160,147 @@ def test_docs_hold_the_table():
 # --- choosing a backend --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake_deep_gemm(monkeypatch):
-    """A stand-in ``deep_gemm`` module (its arch set by the test) whose fp8_gemm_nt checks
-    DeepGEMM's documented argument contract and computes with the float64 dequantized operands."""
-    fake = types.ModuleType("deep_gemm")
-    fake.arch, fake.calls = 9, []
+#: deep_gemm.fp8_gemm_nt's parameters and defaults in DeepGEMM 2.6.1 (an alias of fp8_fp4_gemm_nt,
+#: whose stub is in the wheel's deep_gemm/_C.pyi)
+DEEP_GEMM_2_6_1_FP8_GEMM_NT = (
+    ("a", inspect.Parameter.empty), ("b", inspect.Parameter.empty), ("d", inspect.Parameter.empty), ("c", None),
+    ("recipe", None), ("recipe_a", None), ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False),
+)  # fmt: skip
+DEEP_GEMM_WHEEL = "deep_gemm-2.6.1-cp312-cp312-linux_x86_64.whl"
 
-    def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
+
+def dg_assert(ok: bool, condition: str) -> None:
+    """DeepGEMM's DG_HOST_ASSERT: a RuntimeError quoting the C++ condition of DeepGEMM 2.6.1."""
+    if not ok:
+        raise RuntimeError(f"Assertion error (deep_gemm 2.6.1 stand-in): {condition}")
+
+
+def deep_gemm_stand_in() -> types.ModuleType:
+    """A stand-in ``deep_gemm`` module for the device arch ``fake.arch`` (9 or 10): its
+    ``fp8_gemm_nt`` has DeepGEMM 2.6.1's signature and refuses what 2.6.1's host code asserts
+    (``csrc/apis/gemm.hpp``, ``csrc/apis/layout.hpp``, ``csrc/utils/layout.hpp``, the SM90 1D2D
+    kernel's ``not c and d bf16``), with the same condition texts; then it computes with the
+    float64 dequantized operands. ``fake.sf_copies`` counts activation scales DeepGEMM would have
+    copied into the MN-major TMA-aligned layout (accepted, but not what fp8quant hands it)."""
+    fake = types.ModuleType("deep_gemm")
+    fake.arch, fake.calls, fake.sf_copies = 9, [], 0
+
+    def ceil_div(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def major_check(t: torch.Tensor) -> None:
+        dg_assert(t.dim() in (2, 3), "dim == 2 or dim == 3")
+        dg_assert(t.stride(-2) == 1 or t.stride(-1) == 1, "t.stride(-2) == 1 or t.stride(-1) == 1")
+
+    def check_sf_layout(sf, mn, k, gran_mn, gran_k, tma_stride_check=False, sm90_sfb_check=False, type_check=None):
+        if type_check is not None:
+            dg_assert(sf.dtype == type_check, "sf.scalar_type() == type_check.value()")
+        dg_assert(sf.dtype in (torch.float32, torch.int32), "sf_dtype == torch::kFloat or sf_dtype == torch::kInt")
+        dg_assert(sf.dim() == 2, "sf.dim() == static_cast<int>(num_groups.has_value()) + 2")
+        dg_assert(sf.shape[-2] == ceil_div(mn, gran_mn), "sf.size(-2) == ceil_div(mn, gran_mn)")
+        dg_assert(sf.shape[-1] == ceil_div(k, gran_k * (1 if sf.dtype == torch.float32 else 4)),
+                  "sf.size(-1) == ceil_div(k, gran_k * (sf_dtype == torch::kFloat ? 1 : 4))")  # fmt: skip
+        if tma_stride_check:
+            dg_assert(sf.stride(-2) == 1 or mn == 1, "sf.stride(-2) == 1 or mn == 1")
+            dg_assert(sf.stride(-1) == fp8quant.layouts.align(mn, 16 // sf.element_size()),
+                      "sf.stride(-1) == get_tma_aligned_size(mn, sf.element_size())")  # fmt: skip
+        if sm90_sfb_check:
+            rows, cols = sf.shape[-2:]
+            ok = (sf.stride(-1) == 1 and sf.stride(-2) == cols) or (sf.stride(-1) == rows and sf.stride(-2) == 1)
+            dg_assert(ok, "(sf.stride(-1) == 1 and sf.stride(-2) == sf.size(-1)) or "
+                          "(sf.stride(-1) == sf.size(-2) and sf.stride(-2) == 1)")  # fmt: skip
+        return sf
+
+    def transform_sf(sf, mn, k, gran_mn, gran_k, disable_ue8m0_cast):
+        """transform_sf_into_required_layout: the scales' values as the kernel reads them, and the
+        dtype DeepGEMM holds them in afterwards."""
+        check_sf_layout(sf, mn, k, gran_mn, gran_k)
+        sm90_form = fake.arch == 9 or disable_ue8m0_cast
+        if sf.dtype == torch.float32 and (gran_mn, gran_k) == (1, 128) and sm90_form:
+            aligned = sf.stride(-2) == 1 and sf.stride(-1) == fp8quant.layouts.align(mn, 4)
+            fake.sf_copies += not aligned  # get_mn_major_tma_aligned_tensor copies other layouts
+            return sf, torch.float32
+        if sf.dtype == torch.float32 and (gran_mn, gran_k) == (128, 128) and sm90_form:
+            return check_sf_layout(sf, mn, k, gran_mn, gran_k, False, True, torch.float32), torch.float32
+        if sf.dtype == torch.float32 and gran_k in (32, 128) and fake.arch == 10:
+            dg_assert(not disable_ue8m0_cast, "not disable_ue8m0_cast")
+            return (sf.view(torch.int32) & 0x7F800000).view(torch.float32), torch.int32  # packs the exponents
+        if sf.dtype == torch.int32 and gran_mn == 1 and gran_k in (32, 128) and fake.arch == 10:
+            return check_sf_layout(sf, mn, k, gran_mn, gran_k, True, False, torch.int32), torch.int32
+        dg_assert(False, "Unknown SF transformation")
+
+    def scales(sf, mn, k, gran_mn, gran_k):
+        """float64 [mn, k]: each element's scale."""
+        s = unpack_words(sf, ceil_div(k, gran_k)) if sf.dtype == torch.int32 else sf
+        return s.double().repeat_interleave(gran_mn, 0)[:mn].repeat_interleave(gran_k, 1)[:, :k]
+
+    def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
+                    disable_ue8m0_cast=False):  # fmt: skip
         (a_q, sfa), (b_q, sfb) = a, b
-        m, k = a_q.shape
-        n = b_q.shape[0]
-        kb = -(-k // 128)
-        assert c is None and not disable_ue8m0_cast
-        assert a_q.dtype == FP8 and b_q.dtype == FP8 and a_q.stride(-1) == 1 and b_q.is_contiguous()
-        assert b_q.shape == (n, k) and d.shape == (m, n) and d.stride(-1) == 1
-        assert d.dtype in (torch.bfloat16, torch.float32)
-        if fake.arch == 9:
-            assert recipe is None  # (1, 128, 128) by default: fp32 scales
-            assert sfa.dtype == torch.float32 and sfa.shape == (m, kb)
-            assert sfb.dtype == torch.float32 and sfb.shape == (-(-n // 128), kb) and sfb.is_contiguous()
-            sfa_fmt, sfb_fmt = ActivationFormat("mn_tma", False), WeightFormat("block", False)
+        major_check(a_q)
+        major_check(b_q)
+        k_major = a_q.stride(-1) == 1 and b_q.stride(-1) == 1
+        if fake.arch == 9:  # fp8_requires_k_major
+            dg_assert(k_major, "major_a == cute::UMMA::Major::K and major_b == cute::UMMA::Major::K")
+        major_check(d)
+        dg_assert(d.stride(-1) == 1, "t.stride(-1) == 1")  # check_major_type_cd
+        for t in (a_q, b_q):
+            dg_assert(t.dtype == FP8, "ab.scalar_type() == kPackedFP4 and arch_major == 10")
+        (m, k), (n, k_), (m_, n_) = a_q.shape, b_q.shape, d.shape
+        dg_assert(m == m_ and n == n_ and k == k_, "m == m_ and n == n_ and k == k_")
+        dg_assert(d.dtype in (torch.bfloat16, torch.float32),
+                  "d.scalar_type() == torch::kBFloat16 or d.scalar_type() == torch::kFloat")  # fmt: skip
+        if m == 0 or n == 0:  # early_return
+            return
+        if c is not None:
+            dg_assert(c.dtype == d.dtype, "d.scalar_type() == c.value().scalar_type()")
+        if recipe is None and recipe_a is None:  # get_default_recipe
+            if fake.arch == 9:
+                dg_assert(sfa.dtype == torch.float32 and sfb.dtype == torch.float32,
+                          "sfa_dtype == torch::kFloat and sfb_dtype == torch::kFloat")  # fmt: skip
+                recipe = (1, 128, 128)
+            else:
+                dg_assert(sfb.dtype in (torch.float32, torch.int32),
+                          "sfb_dtype == torch::kFloat or sfb_dtype == torch::kInt")  # fmt: skip
+                recipe = (1, 128, 128) if sfb.dtype == torch.float32 else (1, 1, 128)
+        dg_assert((recipe_a is None) == (recipe_b is None), "recipe_a.has_value() == recipe_b.has_value()")
+        dg_assert((recipe_a is not None) != (recipe is not None), "recipe_a.has_value() != recipe.has_value()")
+        gran_a = (recipe[0], recipe[2]) if recipe is not None else tuple(recipe_a)
+        gran_b = (recipe[1], recipe[2]) if recipe is not None else tuple(recipe_b)
+        sfa, sfa_kind = transform_sf(sfa, m, k, *gran_a, disable_ue8m0_cast)
+        sfb, _ = transform_sf(sfb, n, k, *gran_b, disable_ue8m0_cast)
+        if fake.arch == 9 and sfa_kind == torch.float32:
+            if gran_b[0] == 1:  # sm90_fp8_gemm_1d1d
+                dg_assert(c is not None and d.dtype == torch.float32,
+                          "c.has_value() and d.scalar_type() == torch::kFloat")  # fmt: skip
+            else:  # sm90_fp8_gemm_1d2d
+                dg_assert(c is None and d.dtype == torch.bfloat16,
+                          "not c.has_value() and d.scalar_type() == torch::kBFloat16")  # fmt: skip
         else:
-            assert recipe == (1, 1, 128)  # pre-packed int32 UE8M0 for both operands
-            assert sfa.dtype == torch.int32 and sfa.shape == (m, -(-kb // 4))
-            assert sfb.dtype == torch.int32 and sfb.shape == (n, -(-kb // 4))
-            assert sfb.stride(-2) == 1 and sfb.stride(-1) == fp8quant.layouts.align(n, 4)
-            sfa_fmt, sfb_fmt = ActivationFormat("packed_ue8m0", True), WeightFormat("sm100_packed", True)
-        assert sfa.stride(-2) == 1 or m == 1
-        assert sfa.stride(-1) == fp8quant.layouts.align(m, 4) or sfa.shape[-1] == 1  # MN-major, TMA-aligned
+            dg_assert(fake.arch == 10 and sfa_kind == torch.int32, "Unsupported architecture or scaling factor types")
         fake.calls.append((m, n, k))
-        d.copy_(dequant_activation(a_q, sfa, sfa_fmt) @ dequant_weight(b_q, sfb, sfb_fmt).t())
+        y = (a_q.double() * scales(sfa, m, k, *gran_a)) @ (b_q.double() * scales(sfb, n, k, *gran_b)).t()
+        d.copy_(y if c is None else y + c.double())
 
     fake.fp8_gemm_nt = fp8_gemm_nt
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_deep_gemm_import():
+    """gemm decides ``import deep_gemm`` once per process: every test here starts (and leaves)
+    with the decision undone, so that its own sys.modules entry counts."""
+    gemm._import_deep_gemm.cache_clear()
+    gemm._have_deep_gemm.cache_clear()
+    yield
+    gemm._import_deep_gemm.cache_clear()
+    gemm._have_deep_gemm.cache_clear()
+
+
+@pytest.fixture
+def fake_deep_gemm(monkeypatch):
+    """:func:`deep_gemm_stand_in` as ``deep_gemm``; the test sets its arch."""
+    fake = deep_gemm_stand_in()
     monkeypatch.setitem(sys.modules, "deep_gemm", fake)
     return fake
 
@@ -440,29 +556,221 @@ def test_linear_leading_dims_and_plain_weights():
 @pytest.mark.parametrize("arch", [9, 10])
 @pytest.mark.parametrize("m", MS)
 def test_linear_through_deep_gemm(fake_deep_gemm, arch, m):
-    """The operands linear hands deep_gemm.fp8_gemm_nt meet its contract (the stand-in asserts it)
-    and give the reference's product. DeepGEMM itself is not run."""
+    """The operands linear hands deep_gemm.fp8_gemm_nt pass DeepGEMM 2.6.1's checks (the stand-in
+    makes them), with no scale copied, and give the reference's product: bfloat16 on SM90, also
+    float32 on SM100."""
     fake_deep_gemm.arch = arch
     x, w = randn(m, K, seed=m), randn(N, K, seed=200 + m)
     prepared = fp8quant.prepare_weight(w, "deep_gemm", arch=arch)
     want = expected_product(x, w, recipe("deep_gemm", arch))
-    tol = 1e-5 * want.abs().max().item()
-    got = fp8quant.linear(x, prepared, out_dtype=torch.float32)
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=tol)
     xq = fp8quant.quantize_activation(x, prepared.recipe)
-    got = fp8quant.linear(xq, prepared, out_dtype=torch.float32)
-    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=tol)
-    assert fake_deep_gemm.calls == [(m, N, K)] * 2
-    assert fp8quant.linear(x, prepared).dtype == torch.bfloat16
+    for inp in (x, xq):
+        assert torch.equal(fp8quant.linear(inp, prepared), want.to(torch.bfloat16))
+    calls = 2
+    if arch == 10:
+        tol = 1e-5 * want.abs().max().item()
+        for inp in (x, xq):
+            got = fp8quant.linear(inp, prepared, out_dtype=torch.float32)
+            assert got.dtype == torch.float32
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=tol)
+        calls = 4
+    assert fake_deep_gemm.calls == [(m, N, K)] * calls and fake_deep_gemm.sf_copies == 0
     with pytest.raises(ValueError, match=r"^out_dtype torch.float16 is not one 'deep_gemm sm"):
         fp8quant.linear(x, prepared, out_dtype=torch.float16)
+
+
+def test_deep_gemm_float32_output_refused_on_sm90(fake_deep_gemm, monkeypatch):
+    """DeepGEMM 2.6.1 on SM90 asserts a bfloat16 D inside (sm90_fp8_gemm_1d2d.hpp): linear refuses
+    out_dtype=torch.float32 first, naming it, on the GPU's arch (the recipe's for CPU tensors);
+    SM100's 1D1D kernel writes float32."""
+    x = randn(4, K, seed=11)
+    w9 = fp8quant.prepare_weight(randn(N, K, seed=12), "deep_gemm", arch=9)
+    w10 = fp8quant.prepare_weight(randn(N, K, seed=12), "deep_gemm", arch=10)
+    refused = r"^out_dtype torch.float32: SM90's DeepGEMM \(fp8_gemm_nt's 1D2D kernel\) writes bfloat16 only"
+    for inp in (x, fp8quant.quantize_activation(x, w9.recipe)):
+        with pytest.raises(ValueError, match=refused):
+            fp8quant.linear(inp, w9, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match=refused):  # refused up front, whatever M
+        fp8quant.linear(randn(0, K), w9, out_dtype=torch.float32)
+    assert fake_deep_gemm.calls == []
+    with pytest.raises(RuntimeError, match=r"not c.has_value\(\) and d.scalar_type\(\) == torch::kBFloat16"):
+        gemm._deep_gemm(fp8quant.quantize_activation(x, w9.recipe), w9, torch.float32)  # what it saves
+    fake_deep_gemm.arch = 10
+    assert fp8quant.linear(x, w10, out_dtype=torch.float32).dtype == torch.float32
+    monkeypatch.setattr(gemm, "_device_arch", lambda device: 9)  # the GPU's capability decides
+    with pytest.raises(ValueError, match=refused):
+        fp8quant.linear(x, w10, out_dtype=torch.float32)
+    monkeypatch.setattr(gemm, "_device_arch", lambda device: 10)
+    assert fp8quant.linear(x, w10, out_dtype=torch.float32).dtype == torch.float32
+    gemm._check_deep_gemm_out_dtype(torch.bfloat16, 9)
+    gemm._check_deep_gemm_out_dtype(torch.float32, 10)
+    with pytest.raises(ValueError, match=refused):
+        gemm._check_deep_gemm_out_dtype(torch.float32, 9)
+
+
+def find_deep_gemm_wheel() -> Path | None:
+    """The DeepGEMM 2.6.1 wheel built for the H200 (shared/wheels, beside or inside the checkout)."""
+    root = Path(__file__).resolve().parents[2]
+    wheels = (root / "shared" / "wheels" / DEEP_GEMM_WHEEL, root.parent / "shared" / "wheels" / DEEP_GEMM_WHEEL)
+    return next((w for w in wheels if w.is_file()), None)
+
+
+def test_deep_gemm_stand_in_signature():
+    """The stand-in's fp8_gemm_nt takes DeepGEMM 2.6.1's parameters (names, order, defaults), and
+    so does the wheel's stub of fp8_fp4_gemm_nt (fp8_gemm_nt is its alias), where the wheel is."""
+    params = inspect.signature(deep_gemm_stand_in().fp8_gemm_nt).parameters.values()
+    assert tuple((p.name, p.default) for p in params) == DEEP_GEMM_2_6_1_FP8_GEMM_NT
+    wheel = find_deep_gemm_wheel()
+    if wheel is None:
+        pytest.skip(f"{DEEP_GEMM_WHEEL} is not here: the stub was not compared")
+    with zipfile.ZipFile(wheel) as z:
+        stub = ast.parse(z.read("deep_gemm/_C.pyi").decode())
+        init = z.read("deep_gemm/__init__.py").decode()
+    assert "fp8_gemm_nt, fp8_gemm_nn" in init  # imported from _C
+    fn = next(f for f in stub.body if isinstance(f, ast.FunctionDef) and f.name == "fp8_fp4_gemm_nt")
+    defaults = [inspect.Parameter.empty] * (len(fn.args.args) - len(fn.args.defaults))
+    defaults += [ast.literal_eval(d) for d in fn.args.defaults]
+    assert tuple(zip((a.arg for a in fn.args.args), defaults)) == DEEP_GEMM_2_6_1_FP8_GEMM_NT
+
+
+def stand_in_operands(arch: int, m: int = 4) -> dict:
+    """Operands fp8quant hands fp8_gemm_nt on ``arch``, as keyword arguments."""
+    x, w = randn(m, K, seed=13), randn(N, K, seed=14)
+    wq = fp8quant.prepare_weight(w, "deep_gemm", arch=arch)
+    xq = fp8quant.quantize_activation(x, wq.recipe)
+    d = torch.empty((m, N), dtype=torch.bfloat16)
+    return {"a": (xq.q, xq.scale), "b": (wq.q, wq.scale), "d": d}
+
+
+def mn_major(sf: torch.Tensor, rows: int) -> torch.Tensor:
+    """sf's values, MN-major with columns ``rows`` apart."""
+    buf = sf.new_zeros((sf.shape[1], rows))
+    buf[:, : sf.shape[0]] = sf.t()
+    return buf[:, : sf.shape[0]].t()
+
+
+def sm90_padded_sfb(ops):
+    """scaled_mm's weight scales: the [nb, kb] view of a [nb, 8] buffer (DeepGEMM refuses them)."""
+    w_s = fp8quant.prepare_weight(randn(N, K, seed=14), "scaled_mm", arch=9).scale
+    return {**ops, "b": (ops["b"][0], w_s)}
+
+
+@pytest.mark.parametrize(
+    "arch, change, condition",
+    [
+        (9, lambda o: {**o, "d": o["d"].float()}, r"not c.has_value\(\) and d.scalar_type\(\) == torch::kBFloat16"),
+        (9, lambda o: {**o, "c": o["d"].clone()}, r"not c.has_value\(\) and d.scalar_type\(\) == torch::kBFloat16"),
+        (9, lambda o: {**o, "d": o["d"].half()}, r"d.scalar_type\(\) == torch::kBFloat16 or d.scalar_type\(\) == torch::kFloat"),
+        (9, lambda o: {**o, "d": o["d"].t().contiguous().t()}, r"t.stride\(-1\) == 1"),
+        (9, lambda o: {**o, "a": (o["a"][0].t().contiguous().t(), o["a"][1])}, r"major_a == cute::UMMA::Major::K"),
+        (9, lambda o: {**o, "a": (o["a"][0].view(torch.uint8), o["a"][1])}, r"ab.scalar_type\(\) == kPackedFP4"),
+        (9, lambda o: {**o, "d": o["d"][:, :128]}, r"m == m_ and n == n_ and k == k_"),
+        (9, sm90_padded_sfb, r"\(sf.stride\(-1\) == 1 and sf.stride\(-2\) == sf.size\(-1\)\) or"),
+        (9, lambda o: {**o, "a": (o["a"][0], o["a"][1][:, :4])}, r"sf.size\(-1\) == ceil_div\(k, gran_k"),
+        (9, lambda o: {**o, "b": (o["b"][0], o["b"][1][:1])}, r"sf.size\(-2\) == ceil_div\(mn, gran_mn\)"),
+        (9, lambda o: {**o, "recipe": (1, 128, 128), "recipe_a": (1, 128), "recipe_b": (128, 128)}, r"recipe_a.has_value\(\) != recipe.has_value\(\)"),
+        (9, lambda o: {**o, "recipe_a": (1, 128)}, r"recipe_a.has_value\(\) == recipe_b.has_value\(\)"),
+        (9, lambda o: {**o, "recipe": (1, 1, 128)}, r"sf.size\(-2\) == ceil_div\(mn, gran_mn\)"),
+        (9, lambda o: {**o, **stand_in_operands(10)}, r"sfa_dtype == torch::kFloat and sfb_dtype == torch::kFloat"),
+        (9, lambda o: {**o, **stand_in_operands(10), "recipe": (1, 1, 128)}, r"Unknown SF transformation"),
+        (10, lambda o: {**o, "a": (o["a"][0], mn_major(o["a"][1], 8))}, r"sf.stride\(-1\) == get_tma_aligned_size\(mn, sf.element_size\(\)\)"),
+        (10, lambda o: {**o, "b": (o["b"][0], o["b"][1].contiguous())}, r"sf.stride\(-2\) == 1 or mn == 1"),
+        (10, lambda o: {**o, "recipe": (1, 128, 128)}, r"sf.size\(-2\) == ceil_div\(mn, gran_mn\)"),
+        (10, lambda o: {**o, "d": o["d"].half()}, r"d.scalar_type\(\) == torch::kBFloat16 or d.scalar_type\(\) == torch::kFloat"),
+    ],
+)  # fmt: skip
+def test_deep_gemm_stand_in_refuses_what_2_6_1_refuses(arch, change, condition):
+    """The stand-in raises DeepGEMM 2.6.1's RuntimeError (its condition text) where 2.6.1's host code
+    asserts; fp8quant's own operands pass, with float32 output only on SM100."""
+    fake = deep_gemm_stand_in()
+    fake.arch = arch
+    ops = stand_in_operands(arch)
+    with pytest.raises(RuntimeError, match=rf"^Assertion error \(deep_gemm 2.6.1 stand-in\): .*{condition}"):
+        fake.fp8_gemm_nt(**change(ops))
+    assert fake.calls == []
+    fake.fp8_gemm_nt(**ops)
+    if arch == 10:
+        fake.fp8_gemm_nt(**{**ops, "d": ops["d"].float()}, recipe=(1, 1, 128))
+    assert fake.sf_copies == 0 and len(fake.calls) == (2 if arch == 10 else 1)
+
+
+def test_deep_gemm_stand_in_accepts_what_2_6_1_accepts():
+    """Row-major activation scales on SM90 (DeepGEMM copies them into its layout), the weight scales'
+    exact transpose, an empty M, and the legacy fp32 scales on SM100 (packed by their exponent bits)."""
+    fake = deep_gemm_stand_in()
+    ops = stand_in_operands(9)
+    (a_q, sfa), (b_q, sfb) = ops["a"], ops["b"]
+    fake.fp8_gemm_nt(**ops)
+    want = ops["d"].clone()
+    fake.fp8_gemm_nt((a_q, sfa.contiguous()), (b_q, sfb.t().contiguous().t()), ops["d"])
+    assert fake.sf_copies == 1 and torch.equal(ops["d"], want)
+    fake.fp8_gemm_nt((a_q[:0], sfa[:0]), (b_q, sfb), ops["d"][:0].float())  # early return: nothing checked
+    assert len(fake.calls) == 2
+    fake.arch = 10
+    x, w = randn(4, K, seed=13), randn(N, K, seed=14)
+    q, s = reference.per_token_group_quant(x, 128, ue8m0=True)
+    wq, ws = reference.per_block_quant(w, ue8m0=True)
+    d = torch.empty((4, N), dtype=torch.float32)
+    fake.fp8_gemm_nt((q, s), (wq, ws), d)
+    want = expected_product(x, w, recipe("deep_gemm", 10))
+    torch.testing.assert_close(d.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
 def test_deep_gemm_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "deep_gemm", None)
     w = fp8quant.prepare_weight(randn(N, K), "deep_gemm", arch=9)
-    with pytest.raises(ImportError, match=r"^backend 'deep_gemm sm90' needs DeepGEMM \(the deep_gemm package\)"):
+    with pytest.raises(ImportError, match=r"^backend 'deep_gemm sm90' needs DeepGEMM \(the deep_gemm package\), which "
+                                          r"does not import: ModuleNotFoundError"):  # fmt: skip
         fp8quant.linear(randn(2, K), w)
+
+
+class BrokenDeepGemmFinder:
+    """A meta-path finder for a ``deep_gemm`` that is installed (find_spec finds it) but whose
+    import raises, as when its extension cannot load libcuda."""
+
+    def __init__(self) -> None:
+        self.imports = 0
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "deep_gemm":
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        self.imports += 1
+        raise ImportError("libcuda.so.1: cannot open shared object file: No such file or directory")
+
+
+def test_auto_needs_deep_gemm_to_import(monkeypatch):
+    """A deep_gemm that find_spec finds but that does not import is not chosen: "auto" falls back,
+    with one warning naming the import error, and the import is tried once."""
+    finder = BrokenDeepGemmFinder()
+    monkeypatch.delitem(sys.modules, "deep_gemm", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    assert importlib.util.find_spec("deep_gemm") is not None  # what "auto" used to go by
+    with pytest.warns(UserWarning, match=r"^deep_gemm is installed but does not import \(ImportError: libcuda.so.1: "
+                                         r"cannot open shared object file") as caught:  # fmt: skip
+        assert fp8quant.select_backend(4096, 7168, "cpu", arch=9) is recipe("scaled_mm", 9)
+        assert fp8quant.select_backend(4096, 7168, "cpu", arch=10) is recipe("reference", 0)
+        w = fp8quant.prepare_weight(randn(N, K), arch=9)
+    assert len(caught) == 1 and finder.imports == 1
+    assert w.recipe is recipe("scaled_mm", 9)
+    w = fp8quant.prepare_weight(randn(N, K), "deep_gemm", arch=9)  # named: refused, naming the error
+    with pytest.raises(ImportError, match=r"^backend 'deep_gemm sm90' needs DeepGEMM .*: ImportError: libcuda.so.1"):
+        fp8quant.linear(randn(2, K), w)
+    assert finder.imports == 1
+
+
+def test_auto_without_deep_gemm_is_quiet(monkeypatch):
+    """No deep_gemm package at all: "auto" picks another backend without a warning."""
+    monkeypatch.setitem(sys.modules, "deep_gemm", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fp8quant.select_backend(4096, 7168, "cpu", arch=9) is recipe("scaled_mm", 9)
+        assert fp8quant.select_backend(4096, 7168, "cpu", arch=10) is recipe("reference", 0)
 
 
 @pytest.fixture

@@ -2,10 +2,16 @@
 directly and through fp8quant.linear (backend "scaled_mm" and "auto"), against a bf16 matmul
 (calc_diff < 1e-3) on DeepSeek-V3's six weight shapes and M in {1, 3, 5, 127, 4096}; a weight
 from a checkpoint-style (fp8, scale) pair; K whose block count is not a multiple of 4 (padded
-weight scales); torch.compile(fullgraph=True) and CUDA graphs; mismatches refused. DeepGEMM is
-tested only where it is installed. Marked ``gpu`` (the scaled_mm recipe needs SM90)."""
+weight scales); torch.compile(fullgraph=True) and CUDA graphs; mismatches refused. DeepGEMM
+(2.6.1, installed on the H200 from shared/wheels; skipped where it does not import): linear with
+the deep_gemm recipe bitwise equal to calling fp8_gemm_nt directly, "auto" choosing it, float32
+output refused before DeepGEMM asserts, its signature the CPU stand-in's. Marked ``gpu`` (the
+scaled_mm recipe needs SM90)."""
 
 from __future__ import annotations
+
+import re
+import warnings
 
 import pytest
 import torch
@@ -14,6 +20,7 @@ import fp8quant
 from fp8quant import gemm
 from fp8quant.gemm import FormatMismatchError, QuantizedActivation, calc_diff
 from fp8quant.recipes import ActivationFormat, recipe
+from test_gemm import DEEP_GEMM_2_6_1_FP8_GEMM_NT
 
 pytestmark = pytest.mark.gpu
 
@@ -186,12 +193,48 @@ def test_mismatches_refused(gen):
         fp8quant.linear(x.cpu(), wq)
 
 
-@pytest.mark.parametrize("m", [1, 5, 128])
-def test_deep_gemm_if_installed(m, gen):
-    """DeepGEMM itself, where it is installed (it is not on the H200 these tests were written for)."""
-    pytest.importorskip("deep_gemm")
-    n, k = 4096, 7168
+@pytest.mark.parametrize("m", [1, 5, 128, 4096])
+@pytest.mark.parametrize("n, k", [(4096, 7168), (24576, 1536)])
+def test_deep_gemm(n, k, m, gen):
+    """DeepGEMM itself: linear on the deep_gemm recipe (x quantized inside, or pre-quantized) writes
+    bitwise what deep_gemm.fp8_gemm_nt writes when called directly with the same operands."""
+    deep_gemm = pytest.importorskip("deep_gemm")
     x, w = randn((m, k), gen), randn((n, k), gen, 0.05)
     wq = fp8quant.prepare_weight(w, "deep_gemm")
-    assert calc_diff(fp8quant.linear(x, wq), bf16_product(x, w)) < BOUND
-    assert gemm.select_backend(n, k).backend == "deep_gemm"
+    assert wq.recipe is recipe("deep_gemm", 9)
+    xq = fp8quant.quantize_activation(x, wq.recipe)
+    d = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.fp8_gemm_nt((xq.q, xq.scale), (wq.q, wq.scale), d)
+    assert torch.equal(fp8quant.linear(xq, wq), d)
+    assert torch.equal(fp8quant.linear(x, wq, "deep_gemm"), d)
+    assert calc_diff(d, bf16_product(x, w)) < BOUND
+
+
+def test_deep_gemm_auto_and_out_dtype(gen):
+    """backend="auto" takes DeepGEMM once it imports (no warning); float32 output is refused by linear,
+    where DeepGEMM's SM90 kernel would assert."""
+    deep_gemm = pytest.importorskip("deep_gemm")
+    gemm._import_deep_gemm.cache_clear()
+    gemm._have_deep_gemm.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gemm.select_backend(4096, 7168) is recipe("deep_gemm", 9)
+    x, w = randn((4, 7168), gen), randn((4096, 7168), gen, 0.05)
+    wq = fp8quant.prepare_weight(w)
+    assert wq.recipe is recipe("deep_gemm", 9)
+    with pytest.raises(ValueError, match=r"^out_dtype torch.float32: SM90's DeepGEMM .* writes bfloat16 only"):
+        fp8quant.linear(x, wq, out_dtype=torch.float32)
+    xq = fp8quant.quantize_activation(x, wq.recipe)
+    d = torch.empty((4, 4096), dtype=torch.float32, device="cuda")
+    with pytest.raises(RuntimeError, match=r"d.scalar_type\(\) == torch::kBFloat16"):
+        deep_gemm.fp8_gemm_nt((xq.q, xq.scale), (wq.q, wq.scale), d)
+
+
+def test_deep_gemm_signature():
+    """DeepGEMM 2.6.1's fp8_gemm_nt takes the parameters of the CPU tests' stand-in, in order."""
+    deep_gemm = pytest.importorskip("deep_gemm")
+    if deep_gemm.__version__ != "2.6.1":
+        pytest.skip(f"the stand-in follows DeepGEMM 2.6.1, this is {deep_gemm.__version__}")
+    first = deep_gemm.fp8_gemm_nt.__doc__.strip().splitlines()[0]  # pybind11: "name(a: ..., b: ...) -> None"
+    names = re.findall(r"[(,] ?(\w+): ", first)
+    assert tuple(names) == tuple(name for name, _ in DEEP_GEMM_2_6_1_FP8_GEMM_NT), first

@@ -5,23 +5,21 @@ an output, and CUDA-graph capture with static bounds. Marked ``gpu``."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
 import fp8quant
 from fp8quant import grouped_gemm
-from fp8quant.gemm import calc_diff
+from fp8quant.gemm import _have_deep_gemm, calc_diff
 from fp8quant.moe_layer import ExpertWeights, _gemm, moe_layer_bf16, segment_align
 
 pytestmark = pytest.mark.gpu
 
 BACKENDS = [
     pytest.param("deep_gemm", marks=pytest.mark.skipif(
-        importlib.util.find_spec("deep_gemm") is None
-        or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-        reason="DeepGEMM is not installed (or not SM90)")),
+        not _have_deep_gemm() or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+        reason="DeepGEMM does not import (or not SM90)")),
     pytest.param("triton", marks=pytest.mark.skipif(not grouped_gemm.available(), reason="needs Triton")),
 ]  # fmt: skip
 
