@@ -1,5 +1,7 @@
 """Argument checks shared by the CUDA path and the reference, so both refuse the same input
-with the same message."""
+with the same message; and the kernels' limits (src/api/*.cpp), which the public functions check
+before either path, so that a CPU tensor is refused where a CUDA tensor would be, with the C API's
+message."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ FP8_DTYPE = torch.float8_e4m3fn
 # eps is used as a float32: it must stay positive and finite there.
 _FP32_TINY = torch.finfo(torch.float32).smallest_normal
 FP32_MAX = torch.finfo(torch.float32).max
+
+# The kernels' limits, as the C API checks them
+KERNEL_BLOCK = 128  # per_block_quant / requantize_ue8m0 blocks (src/api/weights.cpp)
+MOE_GROUP_SIZE = 128  # silu_mul_quant and moe_dispatch_quant are built for these groups only (src/api/moe.cpp)
+NORM_MAX_H = 16384  # the RMSNorm kernels' H: one 16-element slice per thread, 1024 threads (src/api/norm.cpp)
 
 
 def resolve_ue8m0(scale_layout: str, ue8m0: bool | None) -> bool:
@@ -87,3 +94,53 @@ def check_block_quant_args(w: torch.Tensor, block_size, ue8m0: bool, eps: float)
     if not isinstance(ue8m0, bool):
         raise TypeError(f"ue8m0 must be a bool, got {type(ue8m0).__name__}")
     check_eps(eps)
+
+
+def check_block_limits(block_size) -> None:
+    """``block_size`` (a valid pair) is the kernels' 128 x 128: the C API's rule and message."""
+    for name, b in zip(("block_n", "block_k"), block_size):
+        if b != KERNEL_BLOCK:
+            raise ValueError(f"{name}: must be {KERNEL_BLOCK}, got {b}")
+
+
+def check_moe_group_size(group_size, op: str) -> None:
+    """``group_size`` of the MoE quantizer ``op`` is 128, the only size its kernel is built for (the C API's
+    rule and message)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size != MOE_GROUP_SIZE:
+        raise ValueError(f"group_size: must be {MOE_GROUP_SIZE} for {op}, got {group_size}")
+
+
+def check_routing_tokens(x: torch.Tensor, routing) -> None:
+    """``x [T, H]`` holds the T tokens ``routing`` was built for (its ``inv_perm`` is ``[T, k]``): more would
+    be ignored, fewer read past x. Shapes only: nothing is read from the device."""
+    t = routing.inv_perm.shape[0]
+    if x.shape[0] != t:
+        raise ValueError(
+            f"x has {x.shape[0]} tokens but the routing was made for {t} (x and routing must describe the same tokens)"
+        )
+
+
+def check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None,
+                    max_h: int | None = None) -> None:  # fmt: skip
+    """The RMSNorm arguments (docs/contract.md, "RMSNorm"); with ``max_h``, H is also at most that (the
+    kernels' limit, with the C API's message)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError("x must be a bfloat16 or float16 tensor [M, H]")
+    h = x.shape[1]
+    if max_h is not None and not (0 < h <= max_h and h % 16 == 0):
+        raise ValueError(f"h: must be a positive multiple of 16, at most {max_h}, got {h}")
+    if h % 16 or h == 0:
+        raise ValueError(f"H must be a positive multiple of 16, got {h}")
+    if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (h,):
+        raise TypeError(f"weight must be a {x.dtype} tensor [{h}] (x's dtype and H)")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps <= FP32_MAX:  # NaN fails too
+        raise ValueError(f"eps must be a float32 number >= 0 (at most {FP32_MAX}), got {eps!r}")
+    if residual is not None and (
+        not isinstance(residual, torch.Tensor) or residual.dtype != x.dtype or residual.shape != x.shape
+    ):
+        raise TypeError(f"residual must be a {x.dtype} tensor of x's shape {tuple(x.shape)}")
+    for name, t in (("weight", weight), ("residual", residual)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")

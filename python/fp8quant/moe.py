@@ -9,7 +9,15 @@ from typing import NamedTuple
 import torch
 
 from . import reference
-from ._checks import FP8_DTYPE, INPUT_DTYPES, check_eps, check_int, resolve_ue8m0
+from ._checks import (
+    FP8_DTYPE,
+    INPUT_DTYPES,
+    check_eps,
+    check_int,
+    check_moe_group_size,
+    check_routing_tokens,
+    resolve_ue8m0,
+)
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
@@ -315,7 +323,8 @@ def silu_mul_quant(
 
     Args:
         x: bfloat16, float16 or float32, last dimension contiguous, gate in the first half of each row.
-        group_size: 128 on the GPU (DeepGEMM's groups); the CPU reference takes 32, 64 or 128.
+        group_size: 128 (DeepGEMM's groups, the only ones the kernel is built for), on either
+            device; :func:`fp8quant.reference.silu_mul_quant` takes 32, 64 or 128.
         m_indices: int32 ``[M]`` of the contiguous MoE layout: rows with -1 are padding.
         row_offsets: the routing's int32 ``[E + 1]`` (with ``m_indices``): rows at or past
             ``row_offsets[E]`` (M_sum) are not read or written, whatever ``m_indices`` holds
@@ -331,6 +340,7 @@ def silu_mul_quant(
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() not in (2, 3) or x.shape[-1] % 2:
         raise TypeError("x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)")
+    check_moe_group_size(group_size, "silu_mul_quant")
     n = x.shape[-1] // 2
     if n == 0 or n % group_size:
         raise ValueError(f"x.shape[-1] / 2 (N={n}) must be a positive multiple of group_size ({group_size})")
@@ -425,14 +435,16 @@ def moe_dispatch_quant(
     (docs/contract.md, "MoE").
 
     Args:
-        x: bfloat16, float16 or float32 ``[T, H]`` (the T tokens the routing was made for), last
-            dimension contiguous, H a multiple of 128.
+        x: bfloat16, float16 or float32 ``[T, H]``, last dimension contiguous, H a multiple of
+            128: exactly the T tokens the routing was made for (``routing.inv_perm`` is
+            ``[T, k]``); more or fewer raise ValueError (a shape check: nothing is read back).
         routing: :func:`fp8quant.moe_routing`'s result for these tokens.
         layout: ``"contiguous"`` (q ``[rows, H]``, rows as ``routing.m_indices``) or ``"masked"``
             (q ``[E, max_m, H]``, scales batched per expert; needs a routing made with ``max_m``).
         max_m: rows per expert of the masked layout.
         align: rows per tile of the masked layout (the contiguous layout's tiles are the routing's).
-        group_size: 128 on the GPU; the CPU reference takes 32, 64 or 128.
+        group_size: 128 (the only groups the kernel is built for), on either device;
+            :func:`fp8quant.reference.moe_dispatch_quant` takes 32, 64 or 128.
         out: optional ``(q, scale)``, as for :func:`fp8quant.per_token_group_quant`.
 
     Rows without a token are padding: their q bytes are not written; their scales are 0 inside
@@ -443,6 +455,7 @@ def moe_dispatch_quant(
         raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
     if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() != 2:
         raise TypeError("x must be a bfloat16, float16 or float32 tensor [T, H]")
+    check_moe_group_size(group_size, "moe_dispatch_quant")
     if x.shape[1] == 0 or x.shape[1] % group_size:
         raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a positive multiple of group_size ({group_size})")
     if x.numel() > 0 and x.stride(-1) != 1:
@@ -456,11 +469,7 @@ def moe_dispatch_quant(
     if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
         raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
     check_int(align, "align")
-    if x.shape[0] != routing.inv_perm.shape[0]:
-        raise ValueError(
-            f"x has {x.shape[0]} tokens but the routing was made for {routing.inv_perm.shape[0]} "
-            "(x and routing must describe the same tokens)"
-        )
+    check_routing_tokens(x, routing)
     check_eps(eps)
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
     slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
+from ._checks import FP8_DTYPE, NORM_MAX_H, check_norm_args, check_quant_args, resolve_ue8m0
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta
 from .layouts import scale_buffer
@@ -101,9 +101,9 @@ _add_norm_quant = Op(
 
 
 def _check(x, weight, eps, residual) -> None:
-    """What the geometry and the reference need; the C API judges the rest on the GPU (H at
-    most 16384, 16-byte alignment, overlaps)."""
-    reference._check_norm_args(x, weight, eps, residual)
+    """What the geometry and the reference need, and H at most 16384 (the kernels' limit) on either
+    device; the C API judges the rest on the GPU (16-byte alignment, overlaps)."""
+    check_norm_args(x, weight, eps, residual, max_h=NORM_MAX_H)
     if x.numel() and x.stride(1) != 1:
         raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
     if residual is not None and residual.numel() and residual.stride(1) != 1:
@@ -125,8 +125,8 @@ def rms_norm(
     ``r = 1 / sqrt(mean(h * h) + eps)`` in float32 (docs/contract.md, "RMSNorm").
 
     Args:
-        x: ``[M, H]`` bfloat16 or float16, last dimension contiguous; H a multiple of 16 (at
-            most 16384 on the GPU).
+        x: ``[M, H]`` bfloat16 or float16, last dimension contiguous; H a positive multiple of 16,
+            at most 16384 (the kernels' limit, on the CPU too).
         weight: ``[H]`` of x's dtype, contiguous.
         eps: added to the mean square.
         residual: optional ``[M, H]`` of x's dtype, overwritten with ``x + residual`` (rounded

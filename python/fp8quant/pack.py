@@ -20,7 +20,7 @@ import torch
 from . import reference
 from ._ext import LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
-from .layouts import check_scale_layout, scale_buffer
+from .layouts import scale_buffer
 
 __all__ = ["convert_scales", "pack_ue8m0", "sm100_weight_scales", "unpack_ue8m0"]
 
@@ -29,7 +29,7 @@ _NO_INVALID = -1  # first_invalid's UINT64_MAX, read as int64
 
 
 def _check_fp32_layout(layout: str, name: str) -> None:
-    check_scale_layout(layout)
+    """``layout``, the argument ``name``, is an fp32 layout (a message naming it, whatever the value)."""
     if layout not in _FP32_LAYOUTS:
         raise ValueError(f"{name} must be one of {_FP32_LAYOUTS}, got {layout!r}")
 
@@ -148,9 +148,9 @@ _pack = Op(
 )
 
 
-def _not_packable(scale: torch.Tensor):
+def _not_packable(scale: torch.Tensor, name: str):
     return lambda at: (
-        f"scale{list(at)} = {scale[at].item()!r} is not a power of two in [2^-127, 2^127]: "
+        f"{name}{list(at)} = {scale[at].item()!r} is not a power of two in [2^-127, 2^127]: "
         "only UE8M0 values can be packed (quantize with ue8m0=True, or requantize_ue8m0 a weight)"
     )
 
@@ -172,7 +172,7 @@ def pack_ue8m0(scale: torch.Tensor, from_layout: str = "mn_tma", *, validate: bo
     reference.check_scale_tensor(scale, from_layout, torch.float32)
     packed, flag = _pack(scale, from_layout)
     if validate:
-        _raise_if_invalid(flag, tuple(scale.shape), _not_packable(scale))
+        _raise_if_invalid(flag, tuple(scale.shape), _not_packable(scale, "scale"))
     return packed
 
 
@@ -248,7 +248,8 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128, *, va
         w_scale: contiguous float32 ``[*, ceil(N/block_n), ceil(K/128)]`` powers of two, as
             ``per_block_quant(w, ue8m0=True)`` or :func:`fp8quant.requantize_ue8m0` return them.
         n: N, the weight's rows.
-        validate: raise ``ValueError`` naming the first scale that is not a power of two.
+        validate: raise ``ValueError`` naming the first scale that is not a power of two (by its
+            index in ``w_scale``).
 
     Returns:
         int32 ``[*, N, ceil(kb/4)]``, strides ``(1, align(N, 4))``: row ``n`` holds the packed
@@ -257,5 +258,5 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128, *, va
     reference.check_weight_scale_args(w_scale, n, block_n)
     packed, flag = _sm100(w_scale, n, block_n)
     if validate:
-        _raise_if_invalid(flag, tuple(w_scale.shape), _not_packable(w_scale))
+        _raise_if_invalid(flag, tuple(w_scale.shape), _not_packable(w_scale, "w_scale"))
     return packed

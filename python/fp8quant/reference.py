@@ -13,7 +13,15 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import FP8_DTYPE, FP32_MAX, check_block_quant_args, check_int, check_quant_args, resolve_ue8m0
+from ._checks import (
+    FP8_DTYPE,
+    check_block_quant_args,
+    check_int,
+    check_norm_args,
+    check_quant_args,
+    check_routing_tokens,
+    resolve_ue8m0,
+)
 from .layouts import ScaleSpec, scale_spec
 
 __all__ = [
@@ -22,6 +30,7 @@ __all__ = [
     "convert_scales",
     "dequantize_blocks",
     "dequantize_groups",
+    "inverse_rms",
     "moe_combine",
     "moe_dispatch_quant",
     "moe_routing",
@@ -167,21 +176,23 @@ _FP32_LAYOUTS = ("row", "mn", "mn_tma")
 _UE8M0_SUBNORMAL = 0x00400000  # 2^-127, UE8M0 byte 0, a float32 subnormal
 
 
-def check_scale_tensor(scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None) -> ScaleSpec:
-    """``scale`` has ``dtype`` and the shape and strides of ``layout`` (its own column count, or
-    ``cols`` groups for a packed tensor); returns its geometry."""
+def check_scale_tensor(
+    scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None, name: str = "scale"
+) -> ScaleSpec:
+    """``scale`` (the argument ``name``) has ``dtype`` and the shape and strides of ``layout`` (its
+    own column count, or ``cols`` groups for a packed tensor); returns its geometry."""
     if not isinstance(scale, torch.Tensor):
-        raise TypeError(f"scale must be a torch.Tensor, got {type(scale).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(scale).__name__}")
     if scale.dtype != dtype:
-        raise TypeError(f"scale must be {dtype} for layout {layout!r}, got {scale.dtype}")
+        raise TypeError(f"{name} must be {dtype} for layout {layout!r}, got {scale.dtype}")
     if scale.dim() < 2:
-        raise ValueError(f"scale must be [*, M, G], got shape {tuple(scale.shape)}")
+        raise ValueError(f"{name} must be [*, M, G], got shape {tuple(scale.shape)}")
     spec = scale_spec(layout, scale.shape[-2], scale.shape[-1] if cols is None else cols, tuple(scale.shape[:-2]))
     if tuple(scale.shape) != spec.shape or any(
         n > 1 and st != want for n, st, want in zip(spec.shape, scale.stride(), spec.stride)
     ):
         raise ValueError(
-            f"scale must have shape {spec.shape} and strides {spec.stride} for layout {layout!r}, "
+            f"{name} must have shape {spec.shape} and strides {spec.stride} for layout {layout!r}, "
             f"got {tuple(scale.shape)} and {tuple(scale.stride())}"
         )
     return spec
@@ -199,16 +210,16 @@ def convert_scales(scale: torch.Tensor, from_layout: str, to_layout: str) -> tor
     return _place_scales(scale, spec)
 
 
-def _ue8m0_bytes(scale: torch.Tensor) -> torch.Tensor:
+def _ue8m0_bytes(scale: torch.Tensor, name: str = "scale") -> torch.Tensor:
     """The UE8M0 byte (int32) of each power-of-two float32 scale; ValueError at the first scale
-    that is not 2^k for k in [-127, 127]."""
+    that is not 2^k for k in [-127, 127], named as an element of the argument ``name``."""
     bits = scale.contiguous().view(torch.int32)
     normal = ((bits & 0x7FFFFF) == 0) & (bits >= 1 << 23) & (bits < 255 << 23)
     ok = normal | (bits == _UE8M0_SUBNORMAL)
     if not bool(ok.all()):
         first = tuple(int(i) for i in (~ok).nonzero()[0])
         raise ValueError(
-            f"scale{list(first)} = {scale[first].item()!r} is not a power of two in [2^-127, 2^127]: "
+            f"{name}{list(first)} = {scale[first].item()!r} is not a power of two in [2^-127, 2^127]: "
             "only UE8M0 values can be packed (quantize with ue8m0=True, or requantize_ue8m0 a weight)"
         )
     return torch.where(bits == _UE8M0_SUBNORMAL, torch.zeros_like(bits), bits >> 23)
@@ -231,7 +242,7 @@ def check_packed_tensor(packed: torch.Tensor, num_groups: int) -> None:
         raise ValueError(f"num_groups must be an int >= 1, got {num_groups!r}")
     if isinstance(packed, torch.Tensor) and packed.dim() >= 2 and packed.shape[-1] != -(-num_groups // 4):
         raise ValueError(f"packed has {packed.shape[-1]} words a row; {num_groups} groups need {-(-num_groups // 4)}")
-    check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups)
+    check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups, name="packed")
 
 
 def unpack_ue8m0(packed: torch.Tensor, num_groups: int, to_layout: str = "mn_tma") -> torch.Tensor:
@@ -271,7 +282,7 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128) -> to
     ``n // block_n``, packed like activation scales: int32 ``[*, N, ceil(kb/4)]``, strides
     ``(1, align(N, 4))`` (SPEC 3)."""
     check_weight_scale_args(w_scale, n, block_n)
-    _ue8m0_bytes(w_scale)  # a bad scale is named by its place in w_scale, not in the broadcast rows
+    _ue8m0_bytes(w_scale, "w_scale")  # a bad scale is named by its place in w_scale, not in the broadcast rows
     rows = w_scale.repeat_interleave(block_n, dim=-2)[..., :n, :].contiguous()  # [*, N, kb], row layout
     return pack_ue8m0(rows, "row")
 
@@ -447,9 +458,14 @@ def moe_dispatch_quant(
     scales of ``scale_layout`` for ``rows`` rows. ``layout="masked"``: q ``[E, max_m, H]`` (row
     ``rank`` of expert e holds its rank-th slot) and batched scales, one TMA-aligned block per
     expert (SPEC.md section 2). Padding rows (no token) are zero here, data and scales alike; the
-    kernel writes only their scales inside a tile (docs/contract.md, "Rows without a token")."""
+    kernel writes only their scales inside a tile (docs/contract.md, "Rows without a token").
+    ``x`` holds exactly the T tokens the routing was made for; more or fewer raise ValueError."""
     if layout not in ("contiguous", "masked"):
         raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    check_quant_args(x, group_size, eps)
+    if x.dim() != 2:
+        raise ValueError(f"x must be [T, H], got shape {tuple(x.shape)}")
+    check_routing_tokens(x, routing)
     if layout == "contiguous":
         return moe_scatter_quant(
             x, routing.inv_perm, (routing.m_indices.numel(),), group_size, scale_layout=scale_layout, ue8m0=ue8m0,
@@ -481,6 +497,8 @@ def moe_scatter_quant(
     check_quant_args(x, group_size, eps)
     if x.dim() != 2:
         raise ValueError(f"x must be [T, H], got shape {tuple(x.shape)}")
+    if slot_rows.dim() != 2 or slot_rows.shape[0] != x.shape[0]:
+        raise ValueError(f"slot_rows must be [T, k] for x's T = {x.shape[0]} tokens, got {tuple(slot_rows.shape)}")
     total = math.prod(rows_shape)
     dest = slot_rows.reshape(-1).to(x.device).long()
     token = torch.arange(dest.numel(), device=x.device) // max(slot_rows.shape[-1], 1)
@@ -560,24 +578,6 @@ def moe_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> t
 # --- RMSNorm (docs/contract.md, "RMSNorm") --------------------------------------------------------
 
 
-def _check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16):
-        raise TypeError("x must be a bfloat16 or float16 tensor [M, H]")
-    if x.shape[1] % 16 or x.shape[1] == 0:
-        raise ValueError(f"H must be a positive multiple of 16, got {x.shape[1]}")
-    if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (x.shape[1],):
-        raise TypeError(f"weight must be a {x.dtype} tensor [{x.shape[1]}] (x's dtype and H)")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps <= FP32_MAX:  # NaN fails too
-        raise ValueError(f"eps must be a float32 number >= 0 (at most {FP32_MAX}), got {eps!r}")
-    if residual is not None and (
-        not isinstance(residual, torch.Tensor) or residual.dtype != x.dtype or residual.shape != x.shape
-    ):
-        raise TypeError(f"residual must be a {x.dtype} tensor of x's shape {tuple(x.shape)}")
-    for name, t in (("weight", weight), ("residual", residual)):
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
-
-
 def sum_of_squares(h: torch.Tensor) -> torch.Tensor:
     """The float32 sum of squares of each row of ``h [M, H]`` (float32 holding 16-bit values, H a
     multiple of 16) in the contract's order: each 16-element slice summed left to right by fused
@@ -604,21 +604,39 @@ def sum_of_squares(h: torch.Tensor) -> torch.Tensor:
     return s[:, 0]
 
 
+def inverse_rms(ss: torch.Tensor, h: int, eps: float) -> torch.Tensor:
+    """``r = 1 / sqrt(ss / h + eps)`` of float32 sums of squares, in float32, each step correctly
+    rounded on every device as in the kernel (IEEE division, sum, square root and reciprocal; ``h``
+    and ``eps`` as float32). The divisions are float64 ones rounded once (module docstring). torch's
+    float32 sqrt is not correctly rounded on a CPU (``sqrt(2 + 2^-21)`` comes out an ulp low on an
+    AVX-512 build), nor always its float64 one: the float64 root rounded to float32 is within an
+    ulp, and comparing v with the squares of the neighbouring float32 midpoints (25 bits, squared
+    exactly in float64) settles it."""
+    mean = (ss.double() / torch.full_like(ss, h).double()).float()  # a tensor divisor: CUDA multiplies by 1 / h
+    v = mean + torch.full_like(mean, eps)  # eps as a float32, the sum IEEE on every device
+    root = torch.sqrt(v.double()).float()
+    up = torch.nextafter(root, torch.full_like(root, math.inf))
+    down = torch.nextafter(root, torch.zeros_like(root))
+    above = (root.double() + up.double()) / 2  # the midpoints, exact in float64
+    below = (root.double() + down.double()) / 2
+    v64 = v.double()
+    root = torch.where(v64 > above * above, up, torch.where(v64 < below * below, down, root))
+    return torch.reciprocal(root.double()).float()
+
+
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Reference of :func:`fp8quant.rms_norm`: ``y = rms_norm(h) * weight`` of ``h = x +
     residual`` (or x), in x's dtype (bfloat16 or float16), each step as PyTorch evaluates it on
     tensors of that dtype: the sum in float32 rounded to the dtype; the sum of squares in float32
-    (:func:`sum_of_squares`' order); ``r = 1 / sqrt(sum / H + eps)``; ``h * r`` in float32
-    rounded to the dtype, times the weight, rounded. Returns y, or ``(y, h)`` with a residual
-    (the residual's new value; this reference writes nothing in place)."""
-    _check_norm_args(x, weight, eps, residual)
+    (:func:`sum_of_squares`' order); ``r = 1 / sqrt(sum / H + eps)`` (:func:`inverse_rms`);
+    ``h * r`` in float32 rounded to the dtype, times the weight, rounded. Returns y, or ``(y, h)``
+    with a residual (the residual's new value; this reference writes nothing in place)."""
+    check_norm_args(x, weight, eps, residual)
     h = x if residual is None else (x.float() + residual.float()).to(x.dtype)
     hf = h.float()
-    ss = sum_of_squares(hf)
-    # sum / H as a tensor division: PyTorch's CUDA kernels multiply by 1 / H for a Python divisor
-    r = torch.reciprocal(torch.sqrt(ss / torch.full_like(ss, x.shape[1]) + eps))
+    r = inverse_rms(sum_of_squares(hf), x.shape[1], eps)
     y = (hf * r.unsqueeze(1)).to(x.dtype) * weight
     return y if residual is None else (y, h)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._checks import FP8_DTYPE, check_block_quant_args, check_eps
+from ._checks import FP8_DTYPE, check_block_limits, check_block_quant_args, check_eps
 from ._ext import extension, launch_rows
 from ._ops import Buffer, Op, TensorMeta
 
@@ -60,8 +60,9 @@ def per_block_quant(
     Args:
         w: ``[N, K]`` or ``[E, N, K]`` (one weight per expert) bfloat16, float16 or float32, last
             dimension contiguous. CUDA tensors run the kernel; CPU tensors run the reference.
-        block_size: ``(block_n, block_k)``; the kernel takes ``(128, 128)`` (DeepSeek-V3's and
-            DeepGEMM's), the CPU reference any. Edge blocks may be partial.
+        block_size: ``(block_n, block_k)``: ``(128, 128)`` (DeepSeek-V3's and DeepGEMM's), the
+            kernel's, on either device (:func:`fp8quant.reference.per_block_quant` takes any).
+            Edge blocks may be partial.
         ue8m0: round each scale up to a power of two and quantize the block with it.
         eps: lower bound of each block's amax (DeepGEMM uses 1e-4).
         out: optional ``(q, scale)`` to write into: q with w's shape (rows may be strided), the
@@ -77,6 +78,7 @@ def per_block_quant(
         y = torch._scaled_mm(a_q, w_q.t(), a_s, w_s.t(), out_dtype=torch.bfloat16)
     """
     check_block_quant_args(w, block_size, ue8m0, eps)
+    check_block_limits(block_size)
     return _block_quant(w, block_size[0], block_size[1], ue8m0, float(eps), out=out)
 
 
@@ -128,7 +130,8 @@ def requantize_ue8m0(
             ``weight``).
         w_scale: its fp32 block scales ``[*, ceil(N/bn), ceil(K/bk)]``, contiguous (the
             checkpoint's ``weight_scale_inv``).
-        block_size: ``(128, 128)`` in the kernel; the CPU reference takes any.
+        block_size: ``(128, 128)``, the kernel's, on either device
+            (:func:`fp8quant.reference.requantize_ue8m0` takes any).
         eps: lower bound of each block's amax.
         out: optional ``(q, scale)`` to write into, as for :func:`per_block_quant`.
 
@@ -150,6 +153,7 @@ def requantize_ue8m0(
         and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block_size)
     ):
         raise ValueError(f"block_size must be a pair of positive ints (block_n, block_k), got {block_size!r}")
+    check_block_limits(block_size)
     check_eps(eps)
     bn, bk = block_size
     want = (*w.shape[:-2], -(-w.shape[-2] // bn), -(-w.shape[-1] // bk))

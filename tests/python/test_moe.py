@@ -1,5 +1,5 @@
-"""fp8quant.moe_combine on the CPU (its reference path) and its argument checks; the kernel is
-tested against the same reference in test_moe_gpu.py."""
+"""The MoE ops on the CPU (their reference path) and their argument checks, the GPU's limits
+among them; the kernels are tested against the same references in test_moe_gpu.py."""
 
 from __future__ import annotations
 
@@ -104,6 +104,60 @@ def test_dispatch_cpu_call_is_the_reference():
         fp8quant.moe_dispatch_quant(x, r, align=0)
     with pytest.raises(ValueError, match=r"^max_m=4 differs from the routing's max_m=3 "):
         fp8quant.moe_dispatch_quant(x, r, layout="masked", max_m=4)
+
+
+@pytest.mark.parametrize("layout,max_m", [("contiguous", None), ("masked", 3)])
+@pytest.mark.parametrize("tokens", [0, 2, 4, 6])
+def test_dispatch_needs_the_routings_tokens(layout, max_m, tokens):
+    """x holds exactly the T = 3 tokens the routing was made for: fewer would read past x (the
+    reference raised IndexError; with every slot dropped nothing was read and the call passed),
+    more would be ignored. Both raise ValueError naming x and the routing, the op and its
+    reference alike, on either layout."""
+    x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    for ids in (TOPK, torch.full_like(TOPK, -1)):
+        r = R.moe_routing(ids, 4, align=4, max_m=3)
+        for fn in (fp8quant.moe_dispatch_quant, R.moe_dispatch_quant):
+            with pytest.raises(ValueError, match=rf"^x has {tokens} tokens but the routing was made for 3 \(x and"):
+                fn(x, r, layout=layout, max_m=max_m)
+    with pytest.raises(ValueError, match=rf"^slot_rows must be \[T, k\] for x's T = {tokens} tokens, got \(3, 2\)$"):
+        R.moe_scatter_quant(x, r.inv_perm, (12,))
+
+
+@pytest.mark.parametrize("scale_layout", ["row", "mn", "mn_tma", "packed_ue8m0"])
+def test_dispatch_every_slot_dropped(scale_layout):
+    """A routing that drops every slot (id -1, or experts of another rank): contiguous, no rows (or
+    max_m_sum rows of padding); masked, [E, max_m, H] of padding. Padding is zero in the reference
+    and the CPU path, q and scales alike (docs/contract.md, "Rows without a token")."""
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+    for ids, offset in ((torch.full_like(TOPK, -1), 0), (TOPK.clamp(min=0), 4)):  # experts 0-3 on another rank
+        for max_m_sum in (None, 16):
+            for make in (R.moe_routing, fp8quant.moe_routing):
+                r = make(ids, 4, expert_offset=offset, align=4, max_m=3, max_m_sum=max_m_sum)
+                assert r.counts.tolist() == [0, 0, 0, 0] and r.inv_perm.tolist() == [[-1, -1]] * 3
+                rows = 0 if max_m_sum is None else max_m_sum
+                for layout, max_m, shape in (("contiguous", None, (rows, 256)), ("masked", 3, (4, 3, 256))):
+                    for fn in (fp8quant.moe_dispatch_quant, R.moe_dispatch_quant):
+                        q, s = fn(x, r, layout=layout, max_m=max_m, scale_layout=scale_layout)
+                        assert q.shape == shape and s.shape[:-1] == shape[:-1]
+                        assert not bool(q.view(torch.uint8).any()) and not bool(s.any())
+
+
+def test_moe_quantizers_take_the_kernels_groups_on_the_cpu_too():
+    """The GPU builds silu_mul_quant's and moe_dispatch_quant's sources for groups of 128 only: the
+    CPU path refuses 32 and 64 with the C API's message, before either path; the references take them."""
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    r = R.moe_routing(TOPK, 4, align=4, max_m=3)
+    for group_size in (32, 64):
+        with pytest.raises(ValueError, match=rf"^group_size: must be 128 for silu_mul_quant, got {group_size}$"):
+            fp8quant.silu_mul_quant(x, group_size)
+        with pytest.raises(ValueError, match=rf"^group_size: must be 128 for moe_dispatch_quant, got {group_size}$"):
+            fp8quant.moe_dispatch_quant(x, r, group_size)
+        with pytest.raises(ValueError, match=rf"^group_size: must be 128 for moe_dispatch_quant, got {group_size}$"):
+            fp8quant.moe_dispatch_quant(x, r, group_size, layout="masked", max_m=3)
+        assert R.silu_mul_quant(x, group_size)[1].shape == (3, 128 // group_size)
+        assert R.moe_dispatch_quant(x, r, group_size)[1].shape == (12, 256 // group_size)
+    with pytest.raises(TypeError, match=r"^group_size must be an int, got float$"):
+        fp8quant.silu_mul_quant(x, 128.0)
 
 
 def test_silu_rows_past_m_sum_are_padding_on_the_cpu_too():

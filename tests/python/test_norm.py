@@ -1,10 +1,12 @@
 """CPU tests of the RMSNorm references and ops (docs/contract.md, "RMSNorm"): hand-computed
-values, the contract's order of the sum of squares, agreement with torch.nn.functional.rms_norm
-within one rounding, the residual updated in place (eagerly and under torch.compile), the fused
-op equal to the pair, and argument checks."""
+values, the contract's order of the sum of squares, the inverse RMS correctly rounded step by step
+(exact rational arithmetic), agreement with torch.nn.functional.rms_norm within one rounding, the
+residual updated in place (eagerly and under torch.compile), the fused op equal to the pair, and
+argument checks (the kernels' H limit on the CPU too)."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -51,21 +53,79 @@ def test_sum_of_squares_order():
     assert not torch.equal(R.sum_of_squares(big), (big * big).sum(1))
 
 
-def _round_to_float32(x: Fraction) -> Fraction:
-    """x rounded to the nearest float32, ties to even, subnormals included (x within range)."""
+def _floor_log2(a: Fraction) -> int:
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # floor(log2 a) or one more
+    return e - 1 if Fraction(2) ** e > a else e
+
+
+def _round_to_float32(x: Fraction, mantissa: int = 23) -> Fraction:
+    """x rounded to the nearest float32 (bfloat16 with ``mantissa=7``), ties to even, subnormals
+    included (x within range)."""
     if x == 0:
         return x
     a = abs(x)
-    e = a.numerator.bit_length() - a.denominator.bit_length()  # floor(log2 a) or one more
-    if Fraction(2) ** e > a:
-        e -= 1
-    quantum = Fraction(2) ** (max(e, -126) - 23)
+    e = _floor_log2(a)
+    quantum = Fraction(2) ** (max(e, -126) - mantissa)
     n = a / quantum
     whole = n.numerator // n.denominator
     rest = n - whole
     if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and whole % 2):
         whole += 1
     return (1 if x > 0 else -1) * whole * quantum
+
+
+def _sqrt_to_float32(v: Fraction) -> Fraction:
+    """sqrt(v) rounded to the nearest float32, exactly (v > 0 a float32: the root is normal)."""
+    quantum = Fraction(2) ** (_floor_log2(v) // 2 - 23)  # sqrt(v) in [2^e, 2^(e + 1)), e = floor(log2 v) // 2
+    t = v / quantum**2  # sqrt(t) in [2^23, 2^24)
+    whole = math.isqrt(t.numerator * t.denominator) // t.denominator  # floor(sqrt(t))
+    half = Fraction(2 * whole + 1, 2)
+    if t > half * half or (t == half * half and whole % 2):
+        whole += 1
+    return whole * quantum
+
+
+def _inverse_rms(ss: float, h: int, eps: float) -> Fraction:
+    """The contract's r = 1 / sqrt(ss / H + eps), each step rounded to float32, in exact arithmetic."""
+    eps32 = Fraction(torch.tensor(eps, dtype=torch.float32).item())
+    v = _round_to_float32(_round_to_float32(Fraction(ss) / h) + eps32)
+    return _round_to_float32(1 / _sqrt_to_float32(v))
+
+
+def test_inverse_rms_is_correctly_rounded():
+    """Each step of r = 1 / sqrt(sum / H + eps) correctly rounded to float32, against exact rational
+    arithmetic, sums from subnormal to near the float32 maximum. 32 + 2^-17 over 16 is 2 + 2^-21,
+    whose float32 square root torch's float32 sqrt rounds the wrong way on an AVX-512 CPU."""
+    g = torch.Generator().manual_seed(5)
+    for h, eps in ((16, 0.0), (7168, 1e-6), (16384, 1e-5)):
+        mantissas = 1 + torch.rand(3000, generator=g, dtype=torch.float64)
+        exponents = torch.randint(-145, 124, (3000,), generator=g, dtype=torch.float64)  # sum / 16 >= 2^-149
+        ss = (mantissas * torch.exp2(exponents)).float()
+        ss = torch.cat([ss, torch.tensor([32 + 2.0**-17, 2.0**-145, 3 * 2.0**-140, torch.finfo(torch.float32).max])])
+        got = R.inverse_rms(ss, h, eps)
+        want = [_inverse_rms(v, h, eps) for v in ss.tolist()]
+        assert [Fraction(r) for r in got.tolist()] == want
+    root = _sqrt_to_float32(2 + Fraction(1, 2**21))
+    assert root == Fraction(1.41421377658844)  # 0x3FB504F5; torch's float32 sqrt gives 0x3FB504F4 there
+    assert Fraction(R.inverse_rms(torch.tensor([32 + 2.0**-17]), 16, 0.0).item()) == _round_to_float32(1 / root)
+    assert R.inverse_rms(torch.zeros(1), 16, 0.0).item() == math.inf
+
+
+def test_rms_norm_of_a_row_exactly():
+    """y of one bf16 row, computed step by step in exact arithmetic: its r (eps 1e-6) has a square
+    root that torch's float32 sqrt on an AVX-512 CPU rounds the wrong way, which changes y[8]."""
+    x = torch.tensor(
+        [16215, 16151, -16413, -16601, -16442, 16017, 16335, -16505, 16349, 16140, -16628, -16375, -16532, 16263,
+         -16763, 16010], dtype=torch.int16,
+    ).view(torch.bfloat16).unsqueeze(0)  # fmt: skip
+    ss = Fraction(0)
+    for v in map(Fraction, x.float()[0].tolist()):
+        ss = _round_to_float32(ss + v * v)  # a fused multiply-add: one rounding a term
+    r = _inverse_rms(float(ss), 16, 1e-6)
+    want = [_round_to_float32(_round_to_float32(Fraction(v) * r), mantissa=7) for v in x.float()[0].tolist()]
+    y = R.rms_norm(x, torch.ones(16, dtype=torch.bfloat16), 1e-6)
+    assert [Fraction(v) for v in y.float()[0].tolist()] == want
+    assert torch.equal(fp8quant.rms_norm(x, torch.ones(16, dtype=torch.bfloat16), 1e-6), y)
 
 
 def test_slice_sums_are_fused_multiply_adds():
@@ -134,8 +194,10 @@ def test_argument_errors():
         fp8quant.rms_norm(x.float(), w)
     with pytest.raises(TypeError, match=r"weight must be a torch.bfloat16 tensor \[128\]"):
         fp8quant.rms_norm(x, w[:64])
-    with pytest.raises(ValueError, match="H must be a positive multiple of 16, got 120"):
+    with pytest.raises(ValueError, match=r"^h: must be a positive multiple of 16, at most 16384, got 120$"):
         fp8quant.rms_norm(x[:, :120], w[:120])
+    with pytest.raises(ValueError, match=r"^H must be a positive multiple of 16, got 120$"):
+        R.rms_norm(x[:, :120], w[:120])
     with pytest.raises(TypeError, match="residual must be a torch.bfloat16 tensor of x's shape"):
         fp8quant.rms_norm(x, w, residual=x[:1])
     for eps in (-1.0, float("nan"), float("inf"), 3.5e38):  # 3.5e38 is past the largest float32
@@ -146,6 +208,20 @@ def test_argument_errors():
     for fn in (fp8quant.rms_norm_quant, R.rms_norm_quant):
         with pytest.raises(ValueError, match=r"^quant_eps must be a positive float32 number"):
             fn(x, w, quant_eps=0.0)
+
+
+def test_kernel_h_limit_on_the_cpu():
+    """H = 16400 is past the kernels' 16384 (16 * 1024 threads): refused on the CPU with the GPU's
+    message, before either path; the reference takes it."""
+    x = torch.randn(2, 16400).to(torch.bfloat16)
+    w = torch.ones(16400, dtype=torch.bfloat16)
+    for fn in (fp8quant.rms_norm, fp8quant.rms_norm_quant):
+        for residual in (None, x.clone()):
+            with pytest.raises(ValueError, match=r"^h: must be a positive multiple of 16, at most 16384, got 16400$"):
+                fn(x, w, residual=residual)
+    assert R.rms_norm(x, w).shape == (2, 16400)
+    x, w = x[:, :16384], w[:16384]
+    assert torch.equal(fp8quant.rms_norm(x, w), R.rms_norm(x, w))
 
 
 def test_residual_must_not_overlap_what_the_op_reads():

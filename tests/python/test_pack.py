@@ -45,8 +45,9 @@ def test_invalid_values_raise_on_the_cpu():
         fp8quant.pack_ue8m0(scale, "row")
     w_scale = torch.ones(2, 2)
     w_scale[1, 0] = 0.3
-    with pytest.raises(ValueError, match=r"^scale\[1, 0\] = 0.3000"):
-        fp8quant.sm100_weight_scales(w_scale, 256)
+    for fn in (fp8quant.sm100_weight_scales, reference.sm100_weight_scales):  # named as the argument
+        with pytest.raises(ValueError, match=r"^w_scale\[1, 0\] = 0.3000"):
+            fn(w_scale, 256)
     packed = fp8quant.pack_ue8m0(torch.ones(2, 5), "row")
     packed[1, 1] = 0xFF
     with pytest.raises(ValueError, match=r"^packed holds the UE8M0 NaN byte 0xFF for group \[1, 4\]$"):
@@ -57,7 +58,14 @@ def test_invalid_values_raise_on_the_cpu():
     "call,error,match",
     [
         (lambda: fp8quant.convert_scales(torch.ones(3, 2), "row", "packed_ue8m0"), ValueError, r"^to_layout must be one of"),
-        (lambda: fp8quant.convert_scales(torch.ones(3, 2), "rows", "mn"), ValueError, r"scale_layout|rows"),
+        (lambda: fp8quant.convert_scales(torch.ones(3, 2), "rows", "mn"), ValueError, r"^from_layout must be one of \(.*\), got 'rows'$"),
+        (lambda: fp8quant.convert_scales(torch.ones(3, 2), "row", "col"), ValueError, r"^to_layout must be one of \(.*\), got 'col'$"),
+        (lambda: fp8quant.pack_ue8m0(torch.ones(3, 2), "rows"), ValueError, r"^from_layout must be one of \(.*\), got 'rows'$"),
+        (lambda: fp8quant.pack_ue8m0(torch.ones(3, 2), None), ValueError, r"^from_layout must be one of .*, got None$"),
+        (lambda: fp8quant.unpack_ue8m0(torch.ones(3, 1, dtype=torch.int32), 3, "rows"), ValueError, r"^to_layout must be one of \(.*\), got 'rows'$"),
+        (lambda: fp8quant.unpack_ue8m0(torch.ones(4, 1), 3), TypeError, r"^packed must be torch.int32 for layout 'packed_ue8m0'"),
+        (lambda: fp8quant.unpack_ue8m0(torch.ones(3, 2, dtype=torch.int32), 5), ValueError, r"^packed must have shape \(3, 2\) and strides \(1, 4\)"),
+        (lambda: fp8quant.unpack_ue8m0([[1]], 3), TypeError, r"^packed must be a torch.Tensor, got list$"),
         (lambda: fp8quant.convert_scales(torch.ones(3, 2), "mn", "row"), ValueError, r"^scale must have shape \(3, 2\) and strides \(1, 3\)"),
         (lambda: fp8quant.pack_ue8m0(torch.ones(3, 2, dtype=torch.float64), "row"), TypeError, r"^scale must be torch.float32"),
         (lambda: fp8quant.pack_ue8m0(torch.ones(3), "row"), ValueError, r"^scale must be \[\*, M, G\]"),

@@ -153,7 +153,7 @@ def test_sm100_weight_scales_experts_and_errors(gen):
     ref = reference.sm100_weight_scales(w_scale, 300)
     check_op(lambda out=None: pack._sm100(w_scale, 300, 128, out=out), flagged(ref), pack._sm100.buffers(w_scale, 300, 128))
     w_scale[2, 1, 6] = 0.75
-    with pytest.raises(ValueError, match=r"^scale\[2, 1, 6\] = 0.75 is not a power of two"):
+    with pytest.raises(ValueError, match=r"^w_scale\[2, 1, 6\] = 0.75 is not a power of two"):
         fp8quant.sm100_weight_scales(w_scale, 300)
 
 

@@ -94,6 +94,11 @@ def test_unpack_errors():
     full_buffer(nan)[0] = 0xFF
     with pytest.raises(ValueError, match="NaN byte"):
         R.unpack_ue8m0(nan, 5)
+    # the packed argument is named packed, not scale
+    with pytest.raises(TypeError, match=r"^packed must be torch.int32 for layout 'packed_ue8m0', got torch.float32$"):
+        R.unpack_ue8m0(packed.float(), 5)
+    with pytest.raises(ValueError, match=r"^packed must have shape \(4, 2\) and strides \(1, 4\)"):
+        R.unpack_ue8m0(packed.contiguous(), 5)
 
 
 @pytest.mark.parametrize("m, k", [(5, 640), (1, 128), (130, 7168)])

@@ -1,6 +1,7 @@
 """fp8quant.per_block_quant on the CPU: the reference against values computed independently
-(handmath, block by block), partial edge blocks, UE8M0 re-quantization, argument checks, and the
-op's registration (fake geometry, torch.compile)."""
+(handmath, block by block), partial edge blocks, UE8M0 re-quantization, argument checks (the
+kernel's 128 x 128 blocks on the CPU too), and the op's registration (fake geometry,
+torch.compile)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,8 @@ def test_out_and_strided_q():
         ({"block_size": (128,)}, ValueError, r"^block_size must be a pair of positive ints"),
         ({"block_size": (0, 128)}, ValueError, r"^block_size must be a pair of positive ints"),
         ({"block_size": (128.0, 128)}, ValueError, r"^block_size must be a pair of positive ints"),
+        ({"block_size": (64, 128)}, ValueError, r"^block_n: must be 128, got 64$"),
+        ({"block_size": [128, 256]}, ValueError, r"^block_k: must be 128, got 256$"),
         ({"ue8m0": None}, TypeError, r"^ue8m0 must be a bool"),
         ({"eps": 0.0}, ValueError, r"^eps must be a positive float32 number"),
         ({"eps": 1e-45}, ValueError, r"^eps must be a positive float32 number"),
@@ -123,6 +126,20 @@ def test_argument_errors(kwargs, error, message):
     w = args.pop("w")
     with pytest.raises(error, match=message):
         fp8quant.per_block_quant(w, **args)
+
+
+def test_kernel_blocks_on_the_cpu_too():
+    """The kernels take 128 x 128 blocks: per_block_quant and requantize_ue8m0 refuse others on the
+    CPU too, with the C API's message, before either path; the references take any."""
+    w = randn(256, 256, seed=11)
+    q, s = reference.per_block_quant(w, (64, 128))
+    assert s.shape == (4, 2)
+    for call in (lambda: fp8quant.per_block_quant(w, (64, 128)), lambda: fp8quant.requantize_ue8m0(q, s, (64, 128))):
+        with pytest.raises(ValueError, match=r"^block_n: must be 128, got 64$"):
+            call()
+    with pytest.raises(ValueError, match=r"^block_k: must be 128, got 32$"):
+        fp8quant.requantize_ue8m0(*reference.per_block_quant(w, (128, 32)), (128, 32))
+    assert reference.requantize_ue8m0(q, s, (64, 128))[1].shape == (4, 2)
 
 
 def test_empty():
