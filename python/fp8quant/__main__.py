@@ -27,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     bench_parser = commands.add_parser(
         "bench",
-        help="time per_token_group_quant in every scale format against copy bandwidth and PyTorch",
-        description=bench.__doc__,
+        help="time fp8quant's kernels: per_token_group_quant (default), or --host-overhead, --weights, --gemm, "
+        "--moe, --norm",
+        description=bench.DESCRIPTION,
+        epilog=bench.epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_arguments(bench_parser)

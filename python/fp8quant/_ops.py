@@ -116,8 +116,9 @@ def _holds(t: torch.Tensor, buf: Buffer) -> bool:
 
 
 def _rows_apart(t: torch.Tensor) -> bool:
-    """A row-major ``[..., rows, cols]`` tensor whose rows and batches share no element."""
-    if t.numel() == 0:
+    """A row-major ``[..., rows, cols]`` tensor whose rows and batches share no element (a 1-D
+    one, its last dimension contiguous, is a single row)."""
+    if t.numel() == 0 or t.dim() < 2:
         return True
     rows, cols = t.shape[-2], t.shape[-1]
     row_span = (rows - 1) * t.stride(-2) + cols

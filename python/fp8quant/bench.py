@@ -36,7 +36,7 @@ from ._checks import FP8_DTYPE, GROUP_SIZES
 from .layouts import SCALE_FORMATS as FORMATS, empty_scale, scale_spec
 from .quant import per_token_group_quant
 
-__all__ = ["add_arguments", "main", "torch_quant"]
+__all__ = ["DESCRIPTION", "MODE_OPTIONS", "add_arguments", "epilog", "main", "torch_quant"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -54,7 +54,7 @@ ROTATION_BYTES = 256 << 20  # over four times the H200's L2
 MAX_SETS = 512
 MIN_CALLS, MAX_CALLS = 20, 2048
 GRAPH_TARGET_US = 1000.0  # work per graph replay
-CALL_FLOOR_US = 2.0  # a kernel never takes less: bounds the graph size of tiny shapes
+CALL_FLOOR_US = 2.0  # the least a call is taken to cost when sizing a graph: bounds tiny shapes' graphs
 WARMUP_CALLS = 3
 REPLAYS = 10
 COPY_BYTES = 1 << 30
@@ -63,8 +63,24 @@ INPUT_STD = 4.0  # spread of the random input; any nonzero input costs the kerne
 
 # CPU fallback: the float64 reference is slow, so a few small shapes only.
 M_CPU = (1, 128, 1024)
-LAYOUTS_CPU = ("row", "mn_tma")
+M_CPU_QUICK = (1, 128)
+LAYOUTS_CPU = ("row", "mn_tma")  # the formats timed on the CPU unless --formats names others
 RUNS_CPU = 3
+
+#: The options of ``python -m fp8quant bench`` besides the mode, --json and --markdown (every
+#: mode writes those), by attribute name.
+OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size", "baselines", "rotation_mib")
+#: The modes, one a run (None: the default, per_token_group_quant), and the options each takes:
+#: main() refuses any other, and --help prints this table.
+MODE_OPTIONS = {
+    None: OPTIONS,
+    "host_overhead": ("m", "k", "formats", "dtype"),
+    "weights": ("m", "k", "dtype", "rotation_mib"),
+    "gemm": ("m",),
+    "moe": ("m", "k", "rotation_mib"),
+    "norm": ("m", "k", "dtype", "rotation_mib"),
+}
+CPU_OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size")  # the default mode without a GPU
 
 
 def format_name(layout: str, ue8m0: bool) -> str:
@@ -72,13 +88,23 @@ def format_name(layout: str, ue8m0: bool) -> str:
     return f"{layout}+ue8m0" if ue8m0 and layout != "packed_ue8m0" else layout
 
 
-def bench_shapes(quick: bool, ms: list[int] | None = None, k: int = K_MAIN) -> list[tuple[int, int]]:
-    """The ``(M, K)`` shapes to time, K_MAIN first; ``ms`` picks M values at ``k`` instead."""
+def bench_shapes(quick: bool, ms: list[int] | None = None, k: int | None = None) -> list[tuple[int, int]]:
+    """The ``(M, K)`` shapes to time on the GPU: ``ms`` (--m) at ``k`` (--k, default K_MAIN);
+    without ``ms``, the default M values (fewer with ``quick``) at ``k``, or without ``k`` either,
+    at K_MAIN and a few M at other K."""
     if ms:
-        return [(m, k) for m in ms]
+        return [(m, k or K_MAIN) for m in ms]
+    if k is not None:
+        return [(m, k) for m in (M_QUICK if quick else M_MAIN)]
     if quick:
         return [(m, K_MAIN) for m in M_QUICK] + [(M_QUICK_OTHER, k) for k in K_OTHER]
     return [(m, K_MAIN) for m in M_MAIN] + [(m, k) for k in K_OTHER for m in M_OTHER]
+
+
+def cpu_shapes(quick: bool, ms: list[int] | None = None, k: int | None = None) -> list[tuple[int, int]]:
+    """The ``(M, K)`` shapes the CPU fallback times: ``ms`` (--m), or M_CPU (M_CPU_QUICK with
+    ``quick``), at ``k`` (--k, default K_MAIN)."""
+    return [(m, k or K_MAIN) for m in ms or (M_CPU_QUICK if quick else M_CPU)]
 
 
 def baseline_shapes(which: str, shapes: list[tuple[int, int]]) -> set[tuple[int, int]]:
@@ -289,7 +315,7 @@ def copy_bandwidth_gbps(device: torch.device) -> float:
     """
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    for _ in range(WARMUP_CALLS * COPY_CALLS):  # about 8 ms: lets the clocks come up
+    for _ in range(WARMUP_CALLS * COPY_CALLS):  # several GiB copied first: lets the clocks come up
         dst.copy_(src)
 
     def copies() -> None:
@@ -403,7 +429,7 @@ def run_gpu(args: argparse.Namespace) -> Report:
     print(f"fp8quant {__version__} bench on {report.device} (torch {torch.__version__}, CUDA {torch.version.cuda})")
     print(f"{args.dtype} input, group size {args.group_size}; copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
 
-    shapes = bench_shapes(args.quick, args.m, args.k)
+    shapes = bench_shapes(args.quick, args.m, args.k if "k" in args.given else None)
     with_baselines = baseline_shapes(args.baselines, shapes)
     formats = [(layout, ue8m0) for layout, ue8m0 in FORMATS if format_name(layout, ue8m0) in args.formats]
     use_compile = True
@@ -438,7 +464,8 @@ def wall_us(run: Callable[[], object]) -> float:
 
 
 def run_cpu(args: argparse.Namespace) -> Report:
-    """The PyTorch reference on a few small shapes, for machines without a CUDA GPU."""
+    """The PyTorch reference on a few small shapes (``cpu_shapes``: --quick, --m, --k) in
+    LAYOUTS_CPU or the --formats named, for machines without a CUDA GPU."""
     print("No CUDA GPU found: benchmarking the PyTorch reference (fp8quant.reference) on the CPU instead.")
     dtype = DTYPES[args.dtype]
     report = Report(
@@ -448,118 +475,201 @@ def run_cpu(args: argparse.Namespace) -> Report:
         method=f"fp8quant.reference on the CPU, median wall clock of {RUNS_CPU} runs.",
         copy_gbps=None,
     )
-    for m in M_CPU:
-        x = random_input(m, K_MAIN, dtype, "cpu")
-        for layout in LAYOUTS_CPU:
-            run = functools.partial(reference.per_token_group_quant, x, args.group_size, scale_layout=layout)
-            scale_numel = scale_spec(layout, m, K_MAIN // args.group_size).numel
-            nbytes = traffic_bytes(m, K_MAIN, dtype, scale_numel)
-            report.results.append(Result(m, K_MAIN, layout, wall_us(run), nbytes, sets=1, calls=1))
+    names = args.formats if "formats" in args.given else LAYOUTS_CPU
+    formats = [(layout, ue8m0) for layout, ue8m0 in FORMATS if format_name(layout, ue8m0) in names]
+    for m, k in cpu_shapes(args.quick, args.m, args.k if "k" in args.given else None):
+        x = random_input(m, k, dtype, "cpu")
+        for layout, ue8m0 in formats:
+            run = functools.partial(
+                reference.per_token_group_quant, x, args.group_size, scale_layout=layout, ue8m0=ue8m0
+            )
+            nbytes = traffic_bytes(m, k, dtype, scale_spec(layout, m, k // args.group_size).numel)
+            report.results.append(Result(m, k, format_name(layout, ue8m0), wall_us(run), nbytes, sets=1, calls=1))
     return report
 
 
 # --------------------------------------------------------------------------------------------- CLI
 
 
+DESCRIPTION = f"""\
+Time fp8quant's kernels on a CUDA GPU: device time per call (the median of {REPLAYS} replays of a
+CUDA graph of N calls), against the device-to-device copy bandwidth and beside what each op
+replaces. One mode a run:
+
+  (default)        per_token_group_quant in every scale format, beside PyTorch eager,
+                   torch.compile and a cast of x to float8
+  --host-overhead  host time per eager call, beside torch's own ops
+  --weights        per_block_quant and requantize_ue8m0 on DeepSeek-V3's weight shapes
+  --gemm           the block-scaled FP8 GEMMs fp8quant.linear runs, beside a bf16 matmul
+  --moe            a DeepSeek-V3 MoE layer and its ops, beside the engines' Triton chain
+  --norm           residual add + RMSNorm + group quantization, beside the unfused pair
+
+Without a CUDA GPU the default mode times the PyTorch reference (fp8quant.reference) on the
+CPU by wall clock, on a few small shapes; the other modes need the GPU."""
+
+
+def flag(name: str | None) -> str:
+    """The command-line spelling of an option or mode attribute (None: the default mode)."""
+    return "(default)" if name is None else "--" + name.replace("_", "-")
+
+
+def epilog() -> str:
+    """The table of the options each mode takes (MODE_OPTIONS), for --help."""
+    rows = [(flag(mode), options) for mode, options in MODE_OPTIONS.items()]
+    rows.insert(1, ("(default, no GPU)", CPU_OPTIONS))
+    width = max(len(name) for name, _ in rows) + 2
+    lines = [f"  {name:<{width}}{' '.join(map(flag, options))}" for name, options in rows]
+    return "options each mode takes (any other is refused; --json and --markdown: every mode):\n" + "\n".join(lines)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``bench`` subcommand's options."""
-    parser.add_argument("--quick", action="store_true", help="time fewer shapes (GPU only)")
-    parser.add_argument(
-        "--m", metavar="M[,M...]", help="time these M at K = --k instead of the default shapes (GPU only)"
-    )
-    parser.add_argument("--k", type=int, default=K_MAIN, help=f"K for --m (default {K_MAIN})")
-    parser.add_argument(
-        "--formats",
-        metavar="NAME[,NAME...]",
-        default=",".join(format_names()),
-        help="scale formats to time (default: all of " + ", ".join(format_names()) + ")",
-    )
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="input dtype (default: bf16)")
-    parser.add_argument(
-        "--group-size", type=int, choices=GROUP_SIZES, default=128, help="elements per group (default: 128)"
-    )
-    parser.add_argument(
-        "--baselines",
-        choices=("all", "default", "none"),
-        default="default",
-        help="shapes to time the PyTorch eager and torch.compile baselines at: every shape, "
-        f"M in {M_BASELINE} at K={K_MAIN} (default), or none",
-    )
-    parser.add_argument(
-        "--rotation-mib",
-        type=int,
-        default=ROTATION_BYTES >> 20,
-        metavar="N",
-        help=f"rotate through at least N MiB of buffers (default {ROTATION_BYTES >> 20}: L2 cannot help); "
-        "0 times one buffer set, which stays in L2",
-    )
-    parser.add_argument(
+    """The ``bench`` subcommand's options (its description and epilog: DESCRIPTION, epilog())."""
+    modes = parser.add_argument_group("mode (one at a time; default: per_token_group_quant)")
+    mode = modes.add_mutually_exclusive_group()
+    mode.add_argument(
         "--host-overhead",
         action="store_true",
-        help="instead: host time per eager call (at M = the first --m, default 1; mn_tma unless --formats "
-        "names one format) beside torch's cast to float8 and other eager ops (GPU only)",
+        help="host time per eager call of per_token_group_quant (allocating and out=) and rms_norm_quant at one M "
+        "(default 1), beside torch's cast to float8 and other eager ops; scale layout mn_tma unless --formats "
+        "names another",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--weights",
         action="store_true",
-        help="instead: per_block_quant on DeepSeek-V3's weight shapes (or --m as N at --k) against the "
-        "copy bandwidth (GPU only)",
+        help="per_block_quant (fp32 and UE8M0 scales) and requantize_ue8m0 on DeepSeek-V3's weight shapes (or N "
+        "from --m at K from --k), against the copy bandwidth, beside torch's cast",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--gemm",
         action="store_true",
-        help="instead: block-scaled FP8 GEMMs (torch._scaled_mm, DeepGEMM if installed) against a bf16 matmul on "
-        "DeepSeek-V3's weight shapes, with the activation quantization's share (--m picks M; GPU only)",
+        help="block-scaled FP8 GEMMs (torch._scaled_mm on SM90, DeepGEMM if installed) against a bf16 matmul on "
+        "DeepSeek-V3's weight shapes, with the activation quantization's share (M from --m)",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--moe",
         action="store_true",
-        help="instead: a DeepSeek-V3 MoE layer (k = 8 of 256 experts, I = 2048; H from --k) and its ops at T from "
-        "--m (default 1 to 16384), static bounds, beside the engines' Triton chain around the same GEMMs, against "
-        "the weight-read floor and the copy bandwidth (GPU only)",
+        help="a DeepSeek-V3 MoE layer (k = 8 of 256 experts, I = 2048, bf16; H from --k) and its ops at T from --m "
+        "(default 1 to 16384), static bounds, beside the engines' Triton chain around the same GEMMs, against the "
+        "weight-read floor and the copy bandwidth",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--norm",
         action="store_true",
-        help="instead: residual add + RMSNorm + group quantization (rms_norm_quant; M from --m, default 1 to 16384; "
-        "H from --k) against the copy bandwidth, the unfused pair and torch.compile of the reference (GPU only)",
+        help="residual add + RMSNorm + group quantization (rms_norm_quant, mn_tma scales; M from --m, default 1 to "
+        "16384; H from --k) against the copy bandwidth, the unfused pair and torch.compile of the reference",
     )
-    parser.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
-    parser.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
+
+    shapes = parser.add_argument_group("shapes")
+    shapes.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"fewer shapes: M in {', '.join(map(str, M_QUICK))} at K = {K_MAIN} and M = {M_QUICK_OTHER} at K in "
+        f"{', '.join(map(str, K_OTHER))} (with --k: those M at that K; on the CPU: M in "
+        f"{', '.join(map(str, M_CPU_QUICK))})",
+    )
+    shapes.add_argument(
+        "--m",
+        metavar="M[,M...]",
+        help="the first size of each shape: M (default mode, --norm; --host-overhead: one M, default 1), N "
+        "(--weights), M of the GEMMs (--gemm), T tokens (--moe); default: each mode's own list",
+    )
+    shapes.add_argument(
+        "--k",
+        type=int,
+        help=f"the second size: K (default mode, --host-overhead, --weights) or H (--moe, --norm), a multiple of "
+        f"--group-size; default {K_MAIN} (the default mode also times K in {', '.join(map(str, K_OTHER))} without "
+        "--k and --m; --weights times DeepSeek-V3's (N, K) pairs without either; --gemm's shapes are fixed)",
+    )
+
+    inputs = parser.add_argument_group("input and scales")
+    inputs.add_argument(
+        "--dtype", choices=tuple(DTYPES), help="input dtype (default: bf16; --norm: bf16 or fp16)"
+    )
+    inputs.add_argument(
+        "--formats",
+        metavar="NAME[,NAME...]",
+        help="scale formats (default mode; default: all of " + ", ".join(format_names()) + "; on the CPU: "
+        + ", ".join(LAYOUTS_CPU) + "); --host-overhead: one scale layout (default mn_tma)",
+    )
+    inputs.add_argument(
+        "--group-size", type=int, choices=GROUP_SIZES, help="elements per group (default mode; default: 128)"
+    )
+
+    timing = parser.add_argument_group("timing")
+    timing.add_argument(
+        "--baselines",
+        choices=("all", "default", "none"),
+        help="shapes to time the PyTorch eager, torch.compile and cast baselines at (default mode): every shape, "
+        f"M in {M_BASELINE} at K={K_MAIN} (default), or none",
+    )
+    timing.add_argument(
+        "--rotation-mib",
+        type=int,
+        metavar="N",
+        help=f"rotate through at least N MiB of buffers (default {ROTATION_BYTES >> 20}: L2 cannot help); 0 times "
+        "one buffer set, which stays in L2 (default mode, --weights, --moe, --norm)",
+    )
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", metavar="PATH", help="also write every result as JSON to PATH")
+    output.add_argument("--markdown", metavar="PATH", help="also write a Markdown table (for BENCHMARKS.md) to PATH")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the benchmark the parsed ``args`` describe, print its table and write its files."""
-    if args.rotation_mib < 0:
+    """Run the benchmark the parsed ``args`` describe, print its table and write its files.
+
+    Options a mode does not take are refused (MODE_OPTIONS); the others get their defaults here,
+    and ``args.given`` names those given on the command line."""
+    mode = next((name for name in MODE_OPTIONS if name is not None and getattr(args, name)), None)
+    cpu = mode is None and not torch.cuda.is_available()
+    takes = CPU_OPTIONS if cpu else MODE_OPTIONS[mode]
+    values = {name: getattr(args, name) for name in OPTIONS}
+    args.given = frozenset(name for name, value in values.items() if value is not None and value is not False)
+    if args.rotation_mib is not None and args.rotation_mib < 0:
         raise SystemExit(f"--rotation-mib must be >= 0, got {args.rotation_mib}")
-    args.formats = parse_list(args.formats, "--formats", str, format_names())
+    for name in OPTIONS:
+        if name in args.given and name not in takes:
+            if cpu:
+                raise SystemExit(
+                    f"{flag(name)} applies to the GPU run; no CUDA GPU was found, and the CPU run (the reference) "
+                    f"takes {', '.join(map(flag, takes))}"
+                )
+            raise SystemExit(f"{flag(name)} does not apply to {flag(mode)}, which takes "
+                             f"{', '.join(map(flag, takes))} (and --json, --markdown)")  # fmt: skip
+    names = format_names()
+    args.formats = names if args.formats is None else parse_list(args.formats, "--formats", str, names)
     if args.m is not None:
         args.m = parse_list(args.m, "--m", int)
         if min(args.m) < 1:
             raise SystemExit(f"--m: M must be >= 1, got {min(args.m)}")
-    if args.k < 1 or args.k % args.group_size:
+    args.group_size = args.group_size or 128
+    if args.k is not None and (args.k < 1 or args.k % args.group_size):
         raise SystemExit(f"--k must be a positive multiple of --group-size ({args.group_size}), got {args.k}")
-    if args.weights:
+    args.k = args.k or K_MAIN
+    args.dtype = args.dtype or "bf16"
+    args.baselines = args.baselines or "default"
+    args.rotation_mib = ROTATION_BYTES >> 20 if args.rotation_mib is None else args.rotation_mib
+    if mode == "weights":
         from .bench_weights import run_weights  # noqa: PLC0415 - it imports this module
 
         return run_weights(args)
-    if args.gemm:
+    if mode == "gemm":
         from .bench_gemm import run_gemm  # noqa: PLC0415 - it imports this module
 
         return run_gemm(args)
-    if args.moe:
+    if mode == "moe":
         from .bench_moe import run_moe  # noqa: PLC0415 - it imports this module
 
         return run_moe(args)
-    if args.norm:
+    if mode == "norm":
         from .bench_norm import run_norm  # noqa: PLC0415 - it imports this module
 
         return run_norm(args)
-    if args.host_overhead:
+    if mode == "host_overhead":
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 
         return run_host(args)
-    return emit(run_gpu(args) if torch.cuda.is_available() else run_cpu(args), args)
+    return emit(run_cpu(args) if cpu else run_gpu(args), args)
 
 
 def emit(report: Report, args: argparse.Namespace) -> int:

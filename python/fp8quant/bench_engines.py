@@ -84,7 +84,7 @@ def default_max_m_sum(t: int, k: int, num_experts: int) -> int:
 def default_max_m(t: int) -> int:
     """Rows per expert of the masked layout: T (a token reaches an expert at most once), rounded
     up to a multiple of 128: DeepGEMM's masked GEMM stores whole 64- or 128-row tiles, so with
-    fewer rows per expert a tile's store runs into the next expert's rows (seen on an H200)."""
+    fewer rows per expert a tile's store runs into the next expert's rows."""
     return align(max(t, 1), 128)
 
 

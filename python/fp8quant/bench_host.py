@@ -2,9 +2,9 @@
 
 Engines run prefill, and often decode, eagerly: there the host time of each call, not the kernel,
 is the step's critical path. Each entry below is called back to back CALLS times on the same
-small input (M=1 by default, whose kernel takes about a microsecond, so the GPU never holds the
-host back), then the stream is synchronized, with the garbage collector paused as timeit does;
-the time per call is the median of ROUNDS such runs.
+small input (M=1 by default, whose kernel is shorter than a call's host time, so the GPU never
+holds the host back), then the stream is synchronized, with the garbage collector paused as
+timeit does; the time per call is the median of ROUNDS such runs.
 Entries run round-robin, so that a drifting clock touches them alike. Every entry works on the
 same x and, where it writes, into the same preallocated outputs.
 """
@@ -12,14 +12,15 @@ same x and, where it writes, into the same preallocated outputs.
 from __future__ import annotations
 
 import gc
+import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
-from . import _ext, bench
+from . import __version__, _ext, bench
 from .layouts import empty_scale
 from .norm import rms_norm_quant
 from .quant import per_token_group_quant
@@ -121,13 +122,17 @@ def host_overhead(m: int = 1, k: int = bench.K_MAIN, layout: str = "mn_tma",
 
 
 def run_host(args) -> int:
-    """The ``--host-overhead`` mode: print (and write) the table."""
+    """The ``--host-overhead`` mode: print (and write) the table, at one M (--m, default 1) and
+    one scale layout (--formats, default mn_tma)."""
+    if args.m is not None and len(args.m) > 1:
+        raise SystemExit(f"--host-overhead times one M, got --m {','.join(map(str, args.m))}")
+    layouts = ("row", "mn", "mn_tma", "packed_ue8m0")
+    if "formats" in args.given and (len(args.formats) != 1 or args.formats[0] not in layouts):
+        raise SystemExit(f"--host-overhead times one scale layout: --formats takes one of {', '.join(layouts)}")
     if not torch.cuda.is_available():
         raise SystemExit("--host-overhead times eager calls on a CUDA GPU; none was found")
     m = args.m[0] if args.m else 1
-    # mn_tma unless --formats names one format
-    names = {bench.format_name(lay, ue8m0): lay for lay, ue8m0 in bench.FORMATS}
-    layout = names[args.formats[0]] if len(args.formats) == 1 else "mn_tma"
+    layout = args.formats[0] if "formats" in args.given else "mn_tma"
     results = host_overhead(m, args.k, layout, bench.DTYPES[args.dtype])
     device = torch.cuda.get_device_name()
     lines = [
@@ -141,6 +146,11 @@ def run_host(args) -> int:
     ] + [f"| {r.name} | {r.host_us:.1f} | {r.ratio:.2f} |" for r in results]
     text = "\n".join(lines) + "\n"
     print(text, flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"fp8quant_version": __version__, "torch_version": torch.__version__, "device": device, "m": m,
+                       "k": args.k, "dtype": args.dtype, "scale_layout": layout, "calls": CALLS, "rounds": ROUNDS,
+                       "results": [asdict(r) for r in results]}, f, indent=2)  # fmt: skip
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(text)

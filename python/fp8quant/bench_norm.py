@@ -65,6 +65,8 @@ def time_shape(m: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
 
 
 def run_norm(args) -> int:
+    if args.dtype not in ("bf16", "fp16"):
+        raise SystemExit(f"--norm times bf16 or fp16 input (the RMSNorm kernels' dtypes), got --dtype {args.dtype}")
     return bench.run_shapes(
         args, [(m, args.k) for m in args.m or SHAPES_M], time_shape, refusal="--norm times the GPU kernels",
         labels=("M", "H"), op="residual add + RMSNorm + group quantization", rows="M",

@@ -43,9 +43,19 @@ def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_by
             for name, moved, call in entries]  # fmt: skip
 
 
+def weight_shapes(ns: list[int] | None = None, k: int | None = None) -> list[tuple[int, int]]:
+    """The ``(N, K)`` shapes to time: ``ns`` (--m) at ``k`` (--k, default bench.K_MAIN); SHAPES'
+    N values at ``k`` with ``k`` alone; SHAPES without either."""
+    if ns:
+        return [(n, k or bench.K_MAIN) for n in ns]
+    if k is not None:
+        return [(n, k) for n in dict.fromkeys(n for n, _ in SHAPES)]
+    return list(SHAPES)
+
+
 def run_weights(args) -> int:
     return bench.run_shapes(
-        args, [(m, args.k) for m in args.m] if args.m else list(SHAPES), time_shape,
+        args, weight_shapes(args.m, args.k if "k" in args.given else None), time_shape,
         refusal="--weights times the GPU kernel", labels=("N", "K"), op="per_block_quant", rows="N",
         granularity="128 x 128 blocks",
     )  # fmt: skip

@@ -36,8 +36,7 @@ Layouts (checked on every call: dtype, shape and strides, one device):
 
 The Triton functions make no host synchronization and no value-dependent allocation: the launch
 grid depends on shapes and ``expected_m`` only, so they can be captured in CUDA graphs (a first
-call inside the capture compiles the kernel there; that worked on an H200, warming up first is
-still the usual way). Tile shapes come from a fixed table (:func:`kernel_config`), not autotuning.
+call inside the capture compiles the kernel there; warming up first is still the usual way). Tile shapes come from a fixed table (:func:`kernel_config`), not autotuning.
 An eager call's host time (checks and Triton's launch) is of the order of a decode-size GEMM's
 GPU time (BENCHMARKS.md): decode should run them in a CUDA graph. Triton is optional: this module
 imports without it, :func:`available` says whether the kernels can run, and the Triton functions
@@ -94,7 +93,7 @@ class KernelConfig(NamedTuple):
 
 
 # Rows per expert up to the bound -> config; the first row whose bound holds is taken. Chosen by
-# sweeps on an H200 at DeepSeek-V3's shapes (BENCHMARKS.md, "Grouped GEMM tiles"):
+# the sweeps in BENCHMARKS.md ("Grouped GEMM tiles"):
 # - up to 16 rows the GEMM reads each active expert's weights once and is bound by that read:
 #   16-row tiles (tl.dot's minimum), 64 columns wide, 3 stages;
 # - 17 to 64 rows: 64 x 128 tiles over 4 warps (one wgmma warpgroup), 3 stages;
@@ -105,7 +104,7 @@ _CONFIGS: tuple[tuple[int | None, KernelConfig], ...] = (
     (None, KernelConfig(128, 128, 8, 3)),
 )
 # The contiguous GEMM without a hint: 64-row tiles, a little slower than 128-row ones with
-# thousands of rows per expert, but they skip a segment's padding tail of 64 rows and more, and
+# thousands of rows per expert (BENCHMARKS.md), but they skip a segment's padding tail of 64 rows and more, and
 # keep decode-sized segments (a few rows each) bound by the weight read
 _CONTIGUOUS_DEFAULT = KernelConfig(64, 128, 4, 3)
 

@@ -1,6 +1,8 @@
 """The GPU test harness every op's tests share: bitwise comparison of whole output buffers,
 poisoned ``out=`` buffers with guards, the allocating path over a dirtied caching allocator,
-side streams, CUDA-graph capture and replay, and the PDL switch.
+side streams, CUDA-graph capture and replay, the PDL switch, a PDL producer that writes an op's
+inputs late (check_pdl_producer), and the structure of an eager call (assert_direct_eager_call:
+no dispatcher round trip, only the outputs allocated; also on the CPU).
 
 It knows ops only through their declaration (``fp8quant._ops.Op``): an op's ``buffers(*args)``
 gives the geometry of its outputs, which is what "the whole buffer" and "nothing outside"
@@ -20,10 +22,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import pytest
 import torch
 
 import fp8quant
 from fp8quant._ops import Buffer
+
+try:  # the PDL producer is a Triton kernel (torch's CUDA wheels bring Triton)
+    import triton
+    import triton.language as tl
+    import triton.language.extra.cuda  # noqa: F401 - tl.extra.cuda: gdc_launch_dependents, globaltimer
+except ImportError:
+    triton = None
 
 FP8 = torch.float8_e4m3fn
 GUARD = 64  # poisoned elements before and after every out= buffer (keeps 16-byte alignment)
@@ -309,3 +319,235 @@ class pdl_setting:  # noqa: N801 - used like a function: `with pdl_setting(False
 
     def __exit__(self, *exc) -> None:
         fp8quant.set_pdl(self.before)
+
+
+# --------------------------------------------------------------------------------------------
+# The eager path: no dispatcher round trip, only the outputs allocated
+# --------------------------------------------------------------------------------------------
+
+ALLOCATING_OPS = ("aten::empty", "aten::empty_strided")
+VIEW_OPS = ("aten::as_strided",)
+
+
+def dispatcher_ops(call: Callable[[], object]) -> list[str]:
+    """The operators ``call()`` runs through torch's dispatcher, in order (torch.profiler's CPU
+    events: every dispatched operator, custom ops included, records one)."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        call()
+    return [e.name for e in prof.events()]
+
+
+def assert_direct_eager_call(call: Callable[[], object], outputs: int) -> None:
+    """``call()``, an op's eager call on plain tensors, runs no operator through the dispatcher
+    but the allocation of its ``outputs`` outputs (and views of them): no ``fp8quant::`` op (a
+    dispatcher round trip) and no temporary. On CUDA tensors it also makes exactly ``outputs``
+    requests to the caching allocator. Structure, not time: what ``python -m fp8quant bench
+    --host-overhead`` times, held without a clock. ``call`` runs once first (geometry caches)."""
+    result = call()
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in (result if isinstance(result, tuple) else (result,)))
+    if cuda:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        kept = call()
+        requests = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+        del kept
+    names = dispatcher_ops(call)
+    routed = [n for n in names if n.startswith("fp8quant::")]
+    assert not routed, f"the eager call went through the dispatcher: {routed} (all: {names})"
+    others = [n for n in names if n not in ALLOCATING_OPS + VIEW_OPS]
+    assert not others, f"the eager call dispatches {others} besides allocating its outputs"
+    allocations = [n for n in names if n in ALLOCATING_OPS]
+    assert len(allocations) == outputs, f"{len(allocations)} allocations ({names}), expected one per output ({outputs})"
+    if cuda:
+        assert requests == outputs, f"{requests} CUDA allocations, expected one per output ({outputs})"
+
+
+# --------------------------------------------------------------------------------------------
+# PDL: a producer that lets the op launch at once and writes the op's inputs late
+# --------------------------------------------------------------------------------------------
+
+PRODUCER_PROGRAMS = 4  # few enough to be resident at once, so that all of them trigger the op's launch
+PRODUCER_DELAY_NS = 1_000_000  # after the host's go: the window in which an op that skips its wait reads stale input
+PRODUCER_TIMEOUT_NS = 5_000_000_000  # no go from the host (the call waited for the stream): give up, and say so
+COPY_BLOCK = 4096  # bytes a program copies per step
+
+if triton is not None and hasattr(tl.extra.cuda, "gdc_launch_dependents"):
+
+    @triton.jit
+    def _late_producer(table, copies, flag, delay_ns, timeout_ns, BLOCK: tl.constexpr):
+        """Let the next kernel launch at once (griddepcontrol.launch_dependents); wait for the
+        host's go (flag[0], pinned host memory; flag[1] = 1 if it never came) and delay_ns more;
+        then run the copies of ``table``, int64 rows (destination, source, bytes)."""
+        tl.extra.cuda.gdc_launch_dependents()
+        start = tl.extra.cuda.globaltimer()
+        now = start
+        go = tl.load(flag, volatile=True)
+        while (go == 0) & (now - start < timeout_ns):
+            go = tl.load(flag, volatile=True)
+            now = tl.extra.cuda.globaltimer()
+        if go == 0:
+            tl.store(flag + 1, 1)
+        end = tl.extra.cuda.globaltimer() + delay_ns
+        while tl.extra.cuda.globaltimer() < end:
+            pass
+        pid = tl.program_id(0)
+        step = tl.num_programs(0) * BLOCK
+        for c in range(copies):
+            dst = tl.load(table + 3 * c).to(tl.pointer_type(tl.uint8))
+            src = tl.load(table + 3 * c + 1).to(tl.pointer_type(tl.uint8))
+            n = tl.load(table + 3 * c + 2)
+            for first in range(pid * BLOCK, n, step):
+                idx = first + tl.arange(0, BLOCK)
+                tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
+
+    @triton.jit
+    def _copy_without_wait(dst, src, n, BLOCK: tl.constexpr):
+        """The control: copies ``n`` bytes without griddepcontrol.wait, so that, launched with PDL
+        behind the producer, it reads what the input holds before the producer writes it."""
+        step = tl.num_programs(0) * BLOCK
+        for first in range(tl.program_id(0) * BLOCK, n, step):
+            idx = first + tl.arange(0, BLOCK)
+            tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
+
+    _PRODUCER_MISSING = None
+else:
+    _PRODUCER_MISSING = "the PDL producer needs Triton with tl.extra.cuda.gdc_launch_dependents (Triton >= 3.3)"
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes, flat (a view)."""
+    assert t.is_contiguous(), "the PDL producer writes whole contiguous tensors"
+    return t.reshape(-1).view(torch.uint8)
+
+
+class LateProducer:
+    """The producer kernel with its copies fixed (``(destination, source)`` tensor pairs) and its
+    go flag in pinned host memory. ``launch()`` enqueues it on the current stream (also into a
+    CUDA graph being captured); ``go()`` lets it proceed."""
+
+    def __init__(self, copies: Sequence[tuple[torch.Tensor, torch.Tensor]], device) -> None:
+        rows = [(d.data_ptr(), s.data_ptr(), d.numel() * d.element_size()) for d, s in copies]
+        for (d, s), (_, _, n) in zip(copies, rows):
+            assert d.is_contiguous() and s.is_contiguous() and s.numel() * s.element_size() == n
+        self.table = torch.tensor(rows, dtype=torch.int64, device=device).reshape(-1)
+        self.copies = len(rows)
+        self.flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+
+    def arm(self) -> None:
+        self.flag.zero_()
+
+    def launch(self) -> None:
+        _late_producer[(PRODUCER_PROGRAMS,)](self.table, self.copies, self.flag, PRODUCER_DELAY_NS,
+                                             PRODUCER_TIMEOUT_NS, BLOCK=COPY_BLOCK)  # fmt: skip
+
+    def go(self) -> None:
+        self.flag[0] = 1
+
+    def timed_out(self) -> bool:
+        return bool(self.flag[1])
+
+
+def check_pdl_producer(
+    call: Call, inputs: Sequence[torch.Tensor], stale: Sequence[torch.Tensor], refs, buffers, *,
+    written=None, after: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
+    """An op behind a PDL producer that writes its inputs late (the quantizer's, also in C:
+    tests/cpp/test_pdl.cu).
+
+    ``inputs``: every tensor the op reads (contiguous), holding the values ``refs`` are the
+    outputs for; ``stale``: other values of the same shapes (a valid input too: another routing,
+    not garbage). A producer kernel lets the next kernel launch at once, waits until the host has
+    enqueued the op (a go flag, so no timing decides it) and PRODUCER_DELAY_NS more, then copies
+    each input's final values over its stale ones and copies the op's poisoned out= buffers
+    aside. The op, enqueued right behind it with ``call(out=...)``, must give ``refs`` (on the
+    parts ``written`` names: compare_outputs), and the copies of its buffers must hold only the
+    poison: it neither read its inputs nor wrote its outputs before its griddepcontrol.wait. On
+    a stream and replayed twice from a CUDA graph, with PDL on and off; ``after(label)`` checks
+    inputs the op updates in place. Two controls show the test can fail: the stale input gives
+    other outputs, and a kernel launched with PDL that does not wait reads the stale input.
+    A call that waits for the stream (a device-to-host read) fails with a message, after
+    PRODUCER_TIMEOUT_NS, instead of hanging.
+    """
+    if _PRODUCER_MISSING:
+        pytest.skip(_PRODUCER_MISSING)
+    device = inputs[0].device
+    assert not torch.equal(as_bytes(stale[0]), as_bytes(inputs[0])), "the control needs a stale first input"
+    final = [t.clone() for t in inputs]
+    poisoned = PoisonedOutputs.new(buffers, device)
+    snapshots = [torch.empty_like(b) for b in poisoned.bufs]
+    producer = LateProducer([(s, b) for s, b in zip(snapshots, poisoned.bufs)] + list(zip(inputs, final)), device)
+
+    def set_stale() -> None:
+        for t, s in zip(inputs, stale, strict=True):
+            t.copy_(s)
+        poisoned.repoison()
+        for s in snapshots:
+            s.zero_()  # never the poison: a copy that did not run fails the check
+        torch.cuda.synchronize()
+
+    # The stale input gives other outputs (this also loads the op's kernels before any window:
+    # lazy module loading waits for running kernels)
+    set_stale()
+    call(out=poisoned.outs)
+    torch.cuda.synchronize()
+    try:
+        compare_outputs(poisoned.outs, refs, buffers, "stale input", written=written, poisoned=True)
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("the op gives the same outputs for the stale input: this test cannot catch a stale read")
+
+    # The control: launched with PDL behind the producer, a kernel that does not wait reads the
+    # stale input. A first round with the go given at once compiles and loads both kernels.
+    seen = torch.empty_like(as_bytes(inputs[0]))
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    for warm_up in (True, False):
+        set_stale()
+        producer.arm()
+        if warm_up:
+            producer.go()
+        try:
+            producer.launch()
+            _copy_without_wait[(sms,)](seen, as_bytes(inputs[0]), seen.numel(), BLOCK=COPY_BLOCK, launch_pdl=True)
+        finally:
+            producer.go()  # also when a launch failed: the producer must not hold the stream
+        torch.cuda.synchronize()
+    stale_seen = int((seen == as_bytes(stale[0])).sum())
+    assert stale_seen == seen.numel() and not producer.timed_out(), (
+        f"the control kernel read {stale_seen} of {seen.numel()} bytes before the producer wrote them: "
+        "this test could not catch a missing wait"
+    )
+
+    def run(label: str, enqueue: Callable[[], object]) -> None:
+        set_stale()
+        producer.arm()
+        try:
+            enqueue()
+        finally:
+            producer.go()
+        torch.cuda.synchronize()
+        assert not producer.timed_out(), f"{label}: the producer never got its go: the call waited for the stream"
+        for i, (snap, b) in enumerate(zip(snapshots, buffers)):
+            early = not bool((snap == _fill_value(b.dtype)).all())
+            assert not early, f"{label}: output {i} was written before the producer read it"
+        compare_outputs(poisoned.outs, refs, buffers, label, written=written, poisoned=True)
+        poisoned.assert_nothing_written_outside()
+        if after is not None:
+            after(label)
+
+    def producer_then_op() -> None:
+        producer.launch()
+        call(out=poisoned.outs)
+
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            name = f"PDL {'on' if pdl else 'off'}"
+            run(f"{name}, stream", producer_then_op)
+            graph = torch.cuda.CUDAGraph()
+            set_stale()
+            with torch.cuda.graph(graph):
+                producer_then_op()
+            for replay in range(2):
+                run(f"{name}, graph replay {replay}", graph.replay)

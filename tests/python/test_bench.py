@@ -1,8 +1,13 @@
-"""The benchmark's command line (bad options are refused with a message naming them) and report."""
+"""The benchmark's command line (bad options, and options the chosen mode does not take, are
+refused with a message naming them; modes are exclusive; --help matches the code), its CPU run,
+its report, and the structure of the eager call the host-overhead mode times."""
+
+import json
 
 import pytest
 import torch
 
+import fp8quant
 from fp8quant import bench
 from fp8quant.__main__ import build_parser
 
@@ -95,3 +100,127 @@ def test_norm_mode_needs_a_gpu():
         pytest.skip("a GPU is present: the norm bench runs there")
     with pytest.raises(SystemExit, match=r"^--norm times the GPU kernels; no CUDA GPU was found$"):
         args.run(args)
+
+
+# --- modes and their options -----------------------------------------------------------------------
+
+
+def test_modes_are_exclusive(capsys):
+    for pair in (["--moe", "--norm"], ["--weights", "--host-overhead"], ["--gemm", "--moe"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bench", *pair])
+        assert f"argument {pair[1]}: not allowed with argument {pair[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--gemm", "--k", "4096"], r"^--k does not apply to --gemm, which takes --m \(and --json, --markdown\)$"),
+        (["--moe", "--formats", "row"], r"^--formats does not apply to --moe, which takes --m, --k, --rotation-mib "),
+        (["--moe", "--dtype", "fp16"], r"^--dtype does not apply to --moe"),
+        (["--norm", "--group-size", "64"], r"^--group-size does not apply to --norm"),
+        (["--host-overhead", "--quick"], r"^--quick does not apply to --host-overhead"),
+        (["--weights", "--baselines", "all"], r"^--baselines does not apply to --weights"),
+        (["--host-overhead", "--m", "1,2"], r"^--host-overhead times one M, got --m 1,2$"),
+        (["--host-overhead", "--formats", "row,mn"], r"^--host-overhead times one scale layout: --formats takes one "),
+        (["--host-overhead", "--formats", "row+ue8m0"], r"^--host-overhead times one scale layout"),
+    ],
+)
+def test_options_a_mode_does_not_take_are_refused(argv, message):
+    """Refused before anything runs (GPU or not): no option is silently ignored."""
+    args = build_parser().parse_args(["bench", *argv])
+    with pytest.raises(SystemExit, match=message):
+        args.run(args)
+
+
+def test_norm_takes_16_bit_input():
+    args = build_parser().parse_args(["bench", "--norm", "--dtype", "fp32"])
+    with pytest.raises(SystemExit, match=r"^--norm times bf16 or fp16 input"):
+        args.run(args)
+
+
+def test_help_describes_every_mode_and_option():
+    """--help names every mode and option, and its table of the options each mode takes is
+    bench.MODE_OPTIONS, the table main() enforces."""
+    parser = build_parser()
+    bench_parser = parser._subparsers._group_actions[0].choices["bench"]
+    text = bench_parser.format_help()
+    flags = {f for action in bench_parser._actions for f in action.option_strings} - {"-h", "--help"}
+    modes = {bench.flag(mode) for mode in bench.MODE_OPTIONS if mode is not None}
+    assert flags == modes | {bench.flag(o) for o in bench.OPTIONS} | {"--json", "--markdown"}
+    for f in flags:
+        assert f in text
+    table = text[text.index("options each mode takes"):].splitlines()[1:]
+    rows = {line.split()[0]: line.split()[1:] for line in table if not line.startswith("  (default, no GPU)")}
+    assert rows == {bench.flag(mode): [bench.flag(o) for o in opts] for mode, opts in bench.MODE_OPTIONS.items()}
+    assert "--weights" in text.split("One mode a run:")[1]  # the description lists the modes
+
+
+def test_k_alone_keeps_the_default_m():
+    assert bench.bench_shapes(False, None, 2048) == [(m, 2048) for m in bench.M_MAIN]
+    assert bench.bench_shapes(True, None, 2048) == [(m, 2048) for m in bench.M_QUICK]
+    assert bench.cpu_shapes(True) == [(m, bench.K_MAIN) for m in bench.M_CPU_QUICK]
+    assert bench.cpu_shapes(False, [3], 256) == [(3, 256)]
+    from fp8quant.bench_weights import SHAPES, weight_shapes  # noqa: PLC0415
+
+    assert weight_shapes() == list(SHAPES) and weight_shapes([256], None) == [(256, bench.K_MAIN)]
+    assert weight_shapes(None, 4096) == [(4096, 4096), (7168, 4096), (18432, 4096), (24576, 4096), (32768, 4096)]
+
+
+def cpu_report(tmp_path, *argv):
+    """Run the default mode without a GPU (the CPU reference) and read its JSON report."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the default mode times the kernels there")
+    path = tmp_path / "bench.json"
+    args = build_parser().parse_args(["bench", *argv, "--json", str(path)])
+    assert args.run(args) == 0
+    return json.loads(path.read_text())
+
+
+def test_cpu_run_takes_m_k_and_formats(tmp_path):
+    report = cpu_report(tmp_path, "--m", "2,3", "--k", "256", "--formats", "mn,packed_ue8m0", "--group-size", "64")
+    assert [(r["m"], r["k"], r["name"]) for r in report["results"]] == [
+        (2, 256, "mn"), (2, 256, "packed_ue8m0"), (3, 256, "mn"), (3, 256, "packed_ue8m0"),
+    ]  # fmt: skip
+    assert report["device"] == "CPU" and report["group_size"] == 64
+
+
+def test_cpu_run_takes_quick(tmp_path):
+    report = cpu_report(tmp_path, "--quick", "--k", "256")
+    assert [(r["m"], r["k"], r["name"]) for r in report["results"]] == [
+        (m, 256, name) for m in bench.M_CPU_QUICK for name in bench.LAYOUTS_CPU
+    ]
+
+
+def test_gpu_options_are_refused_on_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the options apply")
+    for option, value in (("--baselines", "all"), ("--rotation-mib", "0")):
+        args = build_parser().parse_args(["bench", option, value])
+        with pytest.raises(SystemExit, match=rf"^{option} applies to the GPU run; no CUDA GPU was found, and the CPU"):
+            args.run(args)
+
+
+# --- the eager path --host-overhead times, checked by structure (also on the CPU) ------------------
+
+
+def test_eager_call_is_direct(monkeypatch):
+    """An eager call on plain tensors takes the direct path: no fp8quant:: op through torch's
+    dispatcher (a round trip costs more host time than the kernel takes), nothing allocated but
+    its outputs, nothing at all with out=. On the CPU the reference is the op's work, so it is
+    stubbed; what remains is the path a CUDA call takes before its launch. The registered op is
+    the control. (The GPU suite checks the same on CUDA tensors, CUDA allocations included.)"""
+    from fp8quant.norm import _add_norm_quant  # noqa: PLC0415
+    from fp8quant.quant import _quant  # noqa: PLC0415
+    from gpu_harness import assert_direct_eager_call  # noqa: PLC0415
+
+    for op in (_quant, _add_norm_quant):
+        monkeypatch.setattr(op, "_run", lambda *args: None)
+    x = torch.randn(5, 7168).to(torch.bfloat16)
+    assert_direct_eager_call(lambda: fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma"), 2)
+    q, s = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")
+    assert_direct_eager_call(lambda: fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma", out=(q, s)), 0)
+    w, residual = torch.ones(7168, dtype=torch.bfloat16), torch.randn(5, 7168).to(torch.bfloat16)
+    assert_direct_eager_call(lambda: fp8quant.rms_norm_quant(x, w, 1e-6, residual=residual, scale_layout="mn_tma"), 2)
+    with pytest.raises(AssertionError, match=r"went through the dispatcher: \['fp8quant::per_token_group_quant'\]"):
+        assert_direct_eager_call(lambda: torch.ops.fp8quant.per_token_group_quant(x, 128, "mn_tma", False, 1e-10), 2)

@@ -1,7 +1,8 @@
-"""GPU tests of fp8quant.moe_combine: the kernel bit-identical to the reference run on the GPU,
-through the shared harness (poisoned out= buffers with guards), over T in {1, 7, 4096}, k in
-{1, 2, 8}, E in {8, 256}, dropped slots, local expert ranges, both layouts, every dtype, an H that
-takes the element-wise path, streams, CUDA graphs and torch.compile. Marked ``gpu``."""
+"""GPU tests of the MoE ops (moe_routing, moe_dispatch_quant, silu_mul_quant, moe_combine): the
+kernels bit-identical to the references run on the GPU, through the shared harness (poisoned out=
+buffers with guards), over T in {1, 7, 4096}, k in {1, 2, 8}, E in {8, 256}, dropped slots, local
+expert ranges, both layouts, every dtype, an H that takes the element-wise path, streams, CUDA
+graphs, torch.compile and a PDL producer that writes each op's inputs late. Marked ``gpu``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import fp8quant
 from fp8quant import reference as R
 from fp8quant.moe import _combine as OP
-from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting, rows_written
+from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting, rows_written
 
 pytestmark = pytest.mark.gpu
 
@@ -317,10 +318,6 @@ def test_dispatch_no_tokens(gen):
                  refs, buffers, written=dispatch_written(buffers, routing, layout, max_m))  # fmt: skip
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-    reason="the per-expert GEMMs go through torch._scaled_mm's blockwise recipe, SM90 only",
-)
 def moe_layer(x, w1, w2, ids, weights, backend: str) -> torch.Tensor:
     """Route, dispatch + quantize, per-expert block-scaled GEMM (fp8quant.linear on ``backend``),
     SiLU-and-mul quantize, second GEMM, combine."""
@@ -346,6 +343,10 @@ def moe_layer(x, w1, w2, ids, weights, backend: str) -> torch.Tensor:
     return fp8quant.moe_combine(y, routing.inv_perm, weights.contiguous())
 
 
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="the per-expert GEMMs go through torch._scaled_mm's blockwise recipe, SM90 only",
+)
 def test_moe_layer_end_to_end(gen):
     """The MoE layer through torch._scaled_mm against a float32 PyTorch MoE of the bf16 weights,
     and beside the same layer through the reference GEMM (dequantize, float32 matmul).
@@ -373,3 +374,86 @@ def test_moe_layer_end_to_end(gen):
     print(f"end-to-end MoE layer: calc_diff {diff:.3e} (reference GEMM: {formats_diff:.3e})")
     assert diff < 2.5e-3
     assert abs(diff - formats_diff) < 0.01 * formats_diff
+
+
+# --- PDL: each op behind a producer that writes its inputs late ------------------------------------
+
+
+def distinct_ids(t: int, k: int, e: int, gen) -> torch.Tensor:
+    """topk ids [t, k] over e experts, distinct within each token (as a router's top-k)."""
+    return torch.rand(t, e, generator=gen, device="cuda").topk(k).indices.to(torch.int32)
+
+
+@pytest.mark.parametrize("t", [64, 8192])  # one kernel, two kernels
+def test_pdl_producer_routing(t, gen):
+    """moe_routing behind a producer that writes topk_ids late (gpu_harness.check_pdl_producer)."""
+    ids = distinct_ids(t, 8, 16, gen)
+    args = (ids, 16, 0, 128, fp8quant.moe_bounds(t, 8, 16).max_m_sum, t)
+    check_pdl_producer(lambda out=None: ROUTING(*args, out=out), [ids], [distinct_ids(t, 8, 16, gen)],
+                       _routing_reference(*args), ROUTING.buffers(*args))  # fmt: skip
+
+
+def bounded_routings(t: int, k: int, e: int, gen):
+    """Two routings of different ids with the same static bounds (fp8quant.moe_bounds): the final
+    one and a stale one, whose tensors are as valid as the final one's."""
+    bounds = fp8quant.moe_bounds(t, k, e)
+    return [fp8quant.moe_routing(distinct_ids(t, k, e, gen), e, max_m_sum=bounds.max_m_sum, max_m=bounds.max_m)
+            for _ in range(2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_pdl_producer_dispatch(layout, gen):
+    """moe_dispatch_quant behind a producer that writes x and the routing's tensors late."""
+    t, e = 64, 16
+    routing, stale = bounded_routings(t, 8, e, gen)
+    x = torch.randn(t, 1024, generator=gen, device="cuda").to(torch.bfloat16)
+    max_m = routing.max_m if layout == "masked" else None
+    refs = R.moe_dispatch_quant(x, routing, 128, layout=layout, max_m=max_m, scale_layout="mn_tma", ue8m0=False)
+    buffers = DISPATCH.buffers(*dispatch_args(x, routing, layout, max_m, "mn_tma", False))
+    read = ("masked_row", "counts") if layout == "masked" else ("inv_perm", "counts", "row_offsets")
+    check_pdl_producer(
+        lambda out=None: fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=max_m, out=out),
+        [x, *(getattr(routing, n) for n in read)],
+        [torch.randn(x.shape, generator=gen, device="cuda").to(x.dtype), *(getattr(stale, n) for n in read)],
+        refs, buffers, written=dispatch_written(buffers, routing, layout, max_m),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_pdl_producer_silu(layout, gen):
+    """silu_mul_quant behind a producer that writes x and its layout's index tensors late."""
+    t, e, n = 64, 16, 512
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    if layout == "contiguous":
+        routing, stale = bounded_routings(t, 8, e, gen)
+        x = torch.randn(routing.m_indices.numel(), 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        kwargs = {"m_indices": routing.m_indices, "row_offsets": routing.row_offsets}
+        stale_index = [stale.m_indices, stale.row_offsets]
+        refs = R.silu_mul_quant(x, 128, scale_layout="mn_tma", ue8m0=False, m_indices=routing.m_indices)
+        buffers = SILU.buffers(x, routing.m_indices, routing.row_offsets[-1:], empty, 128, 128, "mn_tma", False, 1e-10)
+        written = silu_written(buffers, x, routing.m_indices, routing.row_offsets, None, 128)
+    else:
+        x = torch.randn(e, t, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        masked_m = torch.randint(0, t + 1, (e,), generator=gen, device="cuda", dtype=torch.int32)
+        kwargs = {"masked_m": masked_m}
+        stale_index = [torch.randint(0, t + 1, (e,), generator=gen, device="cuda", dtype=torch.int32)]
+        refs = R.silu_mul_quant(x, 128, scale_layout="mn_tma", ue8m0=False, masked_m=masked_m)
+        buffers = SILU.buffers(x, empty, empty, masked_m, 128, 128, "mn_tma", False, 1e-10)
+        written = silu_written(buffers, x, None, None, masked_m, 128)
+    check_pdl_producer(
+        lambda out=None: fp8quant.silu_mul_quant(x, **kwargs, out=out), [x, *kwargs.values()],
+        [torch.randn(x.shape, generator=gen, device="cuda").to(x.dtype), *stale_index], refs, buffers, written=written,
+    )  # fmt: skip
+
+
+def test_pdl_producer_combine(gen):
+    """moe_combine behind a producer that writes the expert outputs, the rows and the weights late."""
+    routing, stale = bounded_routings(64, 8, 16, gen)
+    y = torch.randn(routing.m_indices.numel(), 2048, generator=gen, device="cuda").to(torch.bfloat16)
+    weights = torch.rand(64, 8, generator=gen, device="cuda")
+    check_pdl_producer(
+        lambda out=None: (fp8quant.moe_combine(y, routing.inv_perm, weights, out=None if out is None else out[0]),),
+        [y, routing.inv_perm, weights],
+        [torch.randn(y.shape, generator=gen, device="cuda").to(y.dtype), stale.inv_perm, torch.rand_like(weights)],
+        (R.moe_combine(y, routing.inv_perm, weights),), OP.buffers(y, routing.inv_perm, weights),
+    )  # fmt: skip

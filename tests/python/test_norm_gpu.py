@@ -2,7 +2,8 @@
 references run on the GPU (the fused op to the composition of the reference RMSNorm and the
 quantizer), through the shared harness (poisoned out= buffers with guards), with and without a
 residual (updated in place), every scale format, group sizes 32 to 128, M in {1, 3, 5, 127,
-4097}, H in {128, 7168, 16384}, bf16 and fp16; streams, CUDA graphs and torch.compile. Marked
+4097}, H in {128, 7168, 16384}, bf16 and fp16; streams, CUDA graphs, torch.compile, a PDL
+producer that writes x, the weight and the residual late, and the eager call's structure. Marked
 ``gpu``."""
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ import torch
 import fp8quant
 from fp8quant import reference as R
 from fp8quant.norm import _add_norm, _add_norm_quant, _norm, _norm_quant
-from gpu_harness import assert_bitwise_equal, check_graph, check_op, check_side_stream, pdl_setting
+from gpu_harness import (
+    assert_bitwise_equal,
+    assert_direct_eager_call,
+    check_graph,
+    check_op,
+    check_pdl_producer,
+    check_side_stream,
+    pdl_setting,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -162,3 +171,47 @@ def test_stream_graph_compile(gen):
     rq, rs, rh = R.rms_norm_quant(x * 2, w, EPS, residual=res0, scale_layout="mn_tma")
     assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs) and torch.equal(res, rh)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
+@pytest.mark.parametrize("fused", [False, True], ids=["rms_norm", "rms_norm_quant"])
+def test_pdl_producer(fused, residual, gen):
+    """Behind a producer that lets the op launch at once and writes x, the weight and the
+    residual late, the op reads their final values and writes nothing before the producer is
+    done (gpu_harness.check_pdl_producer); the residual is updated from its final value."""
+    x, w, res = inputs(300, 7168, torch.bfloat16, gen, residual)
+    stale = [t for t in inputs(300, 7168, torch.bfloat16, gen, residual) if t is not None]
+    if fused:
+        params = (EPS, 128, "mn_tma", False, 1e-10)
+        ref = R.rms_norm_quant(x, w, EPS, residual=res, scale_layout="mn_tma")
+        buffers = _norm_quant.buffers(x, w, *params) if res is None else _add_norm_quant.buffers(x, res, w, *params)
+
+        def call(out=None):
+            return fp8quant.rms_norm_quant(x, w, EPS, residual=res, scale_layout="mn_tma", out=out)[:2]
+
+        refs, new_res = ref[:2], ref[2] if residual else None
+    else:
+        ref = R.rms_norm(x, w, EPS, residual=res)
+        buffers = _norm.buffers(x, w, EPS) if res is None else _add_norm.buffers(x, res, w, EPS)
+
+        def call(out=None):
+            got = fp8quant.rms_norm(x, w, EPS, residual=res, out=None if out is None else out[0])
+            return (got,) if res is None else (got[0],)
+
+        refs, new_res = ((ref,), None) if res is None else ((ref[0],), ref[1])
+
+    def after(label):
+        if res is not None:
+            assert_bitwise_equal(res, new_res, f"{label}: residual")
+
+    check_pdl_producer(call, [t for t in (x, w, res) if t is not None], stale, refs, buffers, after=after)
+
+
+def test_eager_call_is_direct(gen):
+    """rms_norm_quant's eager call (a row of python -m fp8quant bench --host-overhead): no
+    dispatcher round trip, its two outputs allocated and nothing else, none with out=."""
+    x, w, res = inputs(1, 7168, torch.bfloat16, gen, True)
+    assert_direct_eager_call(lambda: fp8quant.rms_norm_quant(x, w, EPS, residual=res, scale_layout="mn_tma"), 2)
+    q, s, _ = fp8quant.rms_norm_quant(x, w, EPS, residual=res, scale_layout="mn_tma")
+    assert_direct_eager_call(lambda: fp8quant.rms_norm_quant(x, w, EPS, residual=res, scale_layout="mn_tma",
+                                                             out=(q, s)), 0)  # fmt: skip
