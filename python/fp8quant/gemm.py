@@ -574,7 +574,13 @@ def linear(
     if out_dtype not in (_DEEP_GEMM_OUT_DTYPES if r.backend == "deep_gemm" else _OUT_DTYPES):
         raise ValueError(f"out_dtype {out_dtype} is not one {r.name!r} writes")
     if r.backend == "deep_gemm":  # DeepGEMM picks its kernel by the GPU's arch (the recipe's off CUDA)
-        _check_deep_gemm_out_dtype(out_dtype, _device_arch(device) or r.arch)
+        gpu_arch = _device_arch(device)
+        if gpu_arch not in (None, r.arch):  # it would read the other arch's scales without an error
+            raise FormatMismatchError(
+                f"the weight was prepared for {r.name!r} (weights {weight.format.name}), but this GPU is "
+                f"sm_{gpu_arch}x, where DeepGEMM reads another format: prepare the weight for this GPU"
+            )
+        _check_deep_gemm_out_dtype(out_dtype, gpu_arch or r.arch)
     if weight.q.device != device:
         raise ValueError(f"x is on {device}, the weight on {weight.q.device}: both must be on one device")
     n, k = weight.q.shape

@@ -599,13 +599,30 @@ def test_deep_gemm_float32_output_refused_on_sm90(fake_deep_gemm, monkeypatch):
     assert fp8quant.linear(x, w10, out_dtype=torch.float32).dtype == torch.float32
     monkeypatch.setattr(gemm, "_device_arch", lambda device: 9)  # the GPU's capability decides
     with pytest.raises(ValueError, match=refused):
-        fp8quant.linear(x, w10, out_dtype=torch.float32)
+        fp8quant.linear(x, w9, out_dtype=torch.float32)
     monkeypatch.setattr(gemm, "_device_arch", lambda device: 10)
     assert fp8quant.linear(x, w10, out_dtype=torch.float32).dtype == torch.float32
     gemm._check_deep_gemm_out_dtype(torch.bfloat16, 9)
     gemm._check_deep_gemm_out_dtype(torch.float32, 10)
     with pytest.raises(ValueError, match=refused):
         gemm._check_deep_gemm_out_dtype(torch.float32, 9)
+
+
+def test_deep_gemm_weight_for_another_gpu(fake_deep_gemm, monkeypatch):
+    """A weight prepared for one arch's DeepGEMM on a GPU of the other: DeepGEMM would read its
+    scales as the other format without an error (SM100 keeps only the exponents of fp32 scales),
+    so linear refuses it, naming the recipe and the GPU."""
+    x = randn(4, K, seed=11)
+    w9 = fp8quant.prepare_weight(randn(N, K, seed=12), "deep_gemm", arch=9)
+    w10 = fp8quant.prepare_weight(randn(N, K, seed=12), "deep_gemm", arch=10)
+    monkeypatch.setattr(gemm, "_device_arch", lambda device: 10)
+    with pytest.raises(fp8quant.FormatMismatchError, match=r"^the weight was prepared for 'deep_gemm sm90' .* sm_10x"):
+        fp8quant.linear(x, w9)
+    monkeypatch.setattr(gemm, "_device_arch", lambda device: 9)
+    with pytest.raises(fp8quant.FormatMismatchError, match=r"^the weight was prepared for 'deep_gemm sm100' .* sm_9x"):
+        fp8quant.linear(x, w10)
+    assert fake_deep_gemm.calls == []
+    fp8quant.linear(x, w9)  # the matching GPU
 
 
 def find_deep_gemm_wheel() -> Path | None:

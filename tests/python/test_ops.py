@@ -219,3 +219,16 @@ def test_launch_rows_passes_addresses_and_strides(monkeypatch):
         (x.data_ptr(), 2, 3, 3, 16, 80, 16, q.data_ptr(), 96, 32, "scale", 7, 0xBEEF),
         (x[0].data_ptr(), 2, 1, 3, 16, 0, 16, q[0].data_ptr(), 0, 32, "scale", 7, 0xBEEF),
     ]
+
+
+def test_out_on_the_cpu_takes_one_dimensional_outputs():
+    """The CPU path with out= takes 1-D outputs (the routing's counts, row_offsets, ...) as one
+    row each: it used to index their missing row dimension (IndexError)."""
+    from fp8quant.moe import _routing as routing  # noqa: PLC0415
+
+    ids = torch.randint(-1, 8, (5, 2), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    args = (ids, 8, 0, 4, 5 * 2 + 8 * 3, 5)
+    want = routing(*args)
+    out = tuple(torch.full(b.shape, -7, dtype=b.dtype) for b in routing.buffers(*args))
+    got = routing(*args, out=out)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
