@@ -120,7 +120,7 @@ def _have_deep_gemm() -> bool:
     if module is None and not _not_installed(error):
         warnings.warn(
             f"deep_gemm is installed but does not import ({type(error).__name__}: {error}); "
-            "backend='auto' picks torch._scaled_mm or the reference instead",
+            "backend='auto' picks another backend",
             stacklevel=2,
         )
     return module is not None

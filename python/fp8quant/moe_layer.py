@@ -60,8 +60,8 @@ DEEP_GEMM_MASKED_ROWS = 128
 #: backend, layout)`` entry that holds T. From the layer benchmark (DeepSeek-V3 shape,
 #: BENCHMARKS.md): fp8quant's Triton GEMM streams the active experts' weights faster than
 #: DeepGEMM's grouped GEMMs at decode sizes, on its contiguous layout (segments of 16-row tiles)
-#: except at T = 4, where the masked one is faster (the crossover lies between 4 and 16, not
-#: measured finer); DeepGEMM's masked GEMM wins at T = 512 and its contiguous GEMM at prefill.
+#: except at T = 2-4, where the masked one is taken (faster at T = 4; measured at T = 1, 4 and
+#: 16 only); DeepGEMM's masked GEMM wins at T = 512 and its contiguous GEMM at prefill.
 AUTO_PLAN: tuple[tuple[float, str, str], ...] = (
     (1, "triton", "contiguous"),
     (4, "triton", "masked"),

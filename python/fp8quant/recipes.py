@@ -150,7 +150,7 @@ RECIPES: tuple[Recipe, ...] = (
         "deep_gemm", 9, _FP32_MN_TMA, _BLOCK, k_align=128, n_align=64, runner=True,
         source="DeepGEMM csrc/apis/layout.hpp: sfa MN-major TMA-aligned fp32, sfb [nb, kb] contiguous; "
         "N % 64, K % 128 as vLLM routes to it; output bf16 only (the 1D2D kernel). Run on an H200 with "
-        "DeepGEMM 2.6.1 (GPU suite: linear bitwise equal to fp8_gemm_nt called directly)",
+        "DeepGEMM 2.6.1 (GPU suite: linear against the bf16 product)",
     ),
     Recipe(
         "deep_gemm", 10, _PACKED, WeightFormat("sm100_packed", ue8m0=True), k_align=128, n_align=64, runner=True,

@@ -19,8 +19,8 @@
 // reading consecutive ids (one 128-byte access a step); a slot's rank within the run comes from
 // ballots, and the runs' totals are summed across the block through shared memory (a few
 // barriers per kernel, none per step). Every block reads all t * k ids (L1- and L2-resident:
-// 128 KiB at t = 4096, k = 8), so the work grows with experts * slots: suited to decode and to
-// prefill chunks up to a few hundred thousand slots.
+// 512 KiB at t = 16384, k = 8), so the work grows with experts * slots: suited to prefill chunks
+// up to a few hundred thousand slots.
 //
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
 // (docs/kernels.md); the placement kernel's wait also orders it after the count kernel.
@@ -241,7 +241,7 @@ __device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
 
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
-  __shared__ uint16_t earlier[kRoutingWarps][kOneKernelExperts];  // per run; after the scan: in the runs before
+  __shared__ alignas(4) uint16_t earlier[kRoutingWarps][kOneKernelExperts];  // per run; after the scan: in the runs before
   __shared__ int64_t first[kOneKernelExperts + 1];                 // first row of each expert; [experts]: M_sum
   __shared__ int32_t count[kOneKernelExperts];
   __shared__ int64_t warp_sums[kRoutingWarps];

@@ -1,6 +1,7 @@
 """GPU tests of the MoE ops (moe_routing, moe_dispatch_quant, silu_mul_quant, moe_combine): the
 kernels bit-identical to the references run on the GPU, through the shared harness (poisoned out=
-buffers with guards), over T in {1, 7, 4096}, k in {1, 2, 8}, E in {8, 256}, dropped slots, local
+buffers with guards), over T in {1, 7, 4096} (routing: up to 8192, both sides of the one-kernel
+limits), k in {1, 2, 8}, E in {8, 256} (routing: 7 to 513), dropped slots, local
 expert ranges, both layouts, every dtype, an H that takes the element-wise path, streams, CUDA
 graphs, torch.compile and a PDL producer that writes each op's inputs late. Marked ``gpu``."""
 
@@ -88,8 +89,9 @@ def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
 
 
 # One kernel takes t * k <= 65535 slots and e <= 512 experts, two kernels the rest: t = 8191 and
-# 8192 at k = 8 and e = 513 sit on the boundaries; the loose bound spreads the rows over blocks.
-@pytest.mark.parametrize("e", [8, 256, 513])
+# 8192 at k = 8 and e = 512 / 513 sit on the boundaries (7: an odd count, half a counter word
+# unused); the loose bound spreads the rows over blocks.
+@pytest.mark.parametrize("e", [7, 8, 256, 512, 513])
 @pytest.mark.parametrize("k", [1, 2, 8])
 @pytest.mark.parametrize("t", [0, 1, 7, 4096, 8191, 8192])
 def test_routing(t, k, e, gen):
@@ -98,11 +100,20 @@ def test_routing(t, k, e, gen):
     check_routing(ids.long(), e, rows=t * k + e * 128 + 5)  # int64 ids, a loose bound: trailing rows
 
 
+@pytest.mark.parametrize("slots", [65535, 65536])  # the most one kernel takes; the first of two
+def test_routing_every_slot_to_one_expert(slots, gen):
+    """Every slot on one expert: its 16-bit per-run counts and their prefix reach 65535."""
+    ids = torch.full((slots, 1), 3, device="cuda", dtype=torch.int32)
+    ids[slots // 2, 0] = -1  # one dropped slot
+    check_routing(ids, 8, align=128, max_m=slots)
+    check_routing(torch.full((slots, 1), 7, device="cuda", dtype=torch.int64), 8)  # the last expert, int64 ids
+
+
 def test_routing_experts_without_tokens_and_alignments(gen):
     ids = torch.randint(0, 4, (300, 4), generator=gen, device="cuda", dtype=torch.int32)  # experts 4..255 get none
     for align in (1, 3, 128, 256):
         check_routing(ids, 256, align=align, max_m=1200)
-    check_routing(ids, 256, rows=41 * 4096 + 3)  # 42 blocks: ten of them own no run of slots
+    check_routing(ids, 256, rows=41 * 4096 + 3)  # 128 blocks (the cap): 96 of them own no run of slots
 
 
 def test_routing_public_call_and_bounds(gen):
