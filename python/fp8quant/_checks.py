@@ -129,9 +129,10 @@ def check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError("x must be a bfloat16 or float16 tensor [M, H]")
     h = x.shape[1]
-    if max_h is not None and not (0 < h <= max_h and h % 16 == 0):
-        raise ValueError(f"h: must be a positive multiple of 16, at most {max_h}, got {h}")
-    if h % 16 or h == 0:
+    if max_h is not None:
+        if not (0 < h <= max_h and h % 16 == 0):
+            raise ValueError(f"h: must be a positive multiple of 16, at most {max_h}, got {h}")
+    elif h % 16 or h == 0:
         raise ValueError(f"H must be a positive multiple of 16, got {h}")
     if not isinstance(weight, torch.Tensor) or weight.dtype != x.dtype or tuple(weight.shape) != (h,):
         raise TypeError(f"weight must be a {x.dtype} tensor [{h}] (x's dtype and H)")

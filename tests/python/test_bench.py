@@ -3,6 +3,7 @@ refused with a message naming them; modes are exclusive; --help matches the code
 its report, and the structure of the eager call the host-overhead mode times."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -56,11 +57,20 @@ def test_method_names_the_buffers_it_timed():
     assert "one buffer set" in l2 and "L2" in l2 and "MiB" not in l2
 
 
-def test_host_overhead_needs_a_gpu():
-    args = build_parser().parse_args(["bench", "--host-overhead"])
+@pytest.mark.parametrize(
+    "mode,message",
+    [
+        ("--host-overhead", "--host-overhead times eager calls on a CUDA GPU; none was found"),
+        ("--weights", "--weights times the GPU kernel; no CUDA GPU was found"),
+        ("--moe", "--moe times the GPU kernels; no CUDA GPU was found"),
+        ("--norm", "--norm times the GPU kernels; no CUDA GPU was found"),
+    ],
+)
+def test_gpu_modes_need_a_gpu(mode, message):
+    args = build_parser().parse_args(["bench", mode])
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the GPU suite runs the host-overhead mode")
-    with pytest.raises(SystemExit, match=r"^--host-overhead times eager calls on a CUDA GPU; none was found$"):
+        pytest.skip(f"a GPU is present: the GPU suite runs {mode}")
+    with pytest.raises(SystemExit, match=f"^{re.escape(message)}$"):
         args.run(args)
 
 
@@ -76,30 +86,6 @@ def test_report_names_its_op_rows_and_granularity():
     default.results.append(bench.Result(1, 7168, "row", 1.0, 100, 1, 1))
     assert default.markdown().startswith("### per_token_group_quant: GPU, bf16 input, group size 64\n")
     assert "| M | K |" in default.markdown()
-
-
-def test_weights_mode_needs_a_gpu():
-    args = build_parser().parse_args(["bench", "--weights"])
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the weights bench runs there")
-    with pytest.raises(SystemExit, match=r"^--weights times the GPU kernel; no CUDA GPU was found$"):
-        args.run(args)
-
-
-def test_moe_mode_needs_a_gpu():
-    args = build_parser().parse_args(["bench", "--moe"])
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the MoE bench runs there")
-    with pytest.raises(SystemExit, match=r"^--moe times the GPU kernels; no CUDA GPU was found$"):
-        args.run(args)
-
-
-def test_norm_mode_needs_a_gpu():
-    args = build_parser().parse_args(["bench", "--norm"])
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is present: the norm bench runs there")
-    with pytest.raises(SystemExit, match=r"^--norm times the GPU kernels; no CUDA GPU was found$"):
-        args.run(args)
 
 
 # --- modes and their options -----------------------------------------------------------------------
