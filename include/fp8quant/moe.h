@@ -63,8 +63,8 @@ typedef enum fp8quant_routing_status {
  *
  * A slot whose id is negative or outside the local range is dropped. Each expert's rows in the
  * contiguous layout start at a multiple of `align`; `rows` is the caller's bound on their total
- * M_sum. One kernel is enqueued on `stream` when `t * k <= 65535` and `num_experts <= 512`,
- * otherwise two (a count, then the placement); the outputs are the same. Pointers are device
+ * M_sum. One kernel is enqueued on `stream` when `num_experts <= 512`, otherwise two (a
+ * count, then the placement); the outputs are the same. Pointers are device
  * memory of the current device, outputs must not overlap `topk_ids` or each other. Every output
  * is written whole, also for `t == 0`.
  *

@@ -139,7 +139,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.pad_align = static_cast<int32_t>(source.pad_align);
   if (source.kind == fp8quant::QuantSource::kScatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
-    const int64_t token_units = fp8quant::team_units(scale_layout, source.in_rows, slots);
+    const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);
+    const int64_t token_units = fp8quant::team_units(tile, source.in_rows, slots);
     FP8QUANT_CHECK_ARG(token_units <= kMaxUnits, "tokens",
                        "the tokens need " + to_string(token_units) + " group slots, more than the limit of " +
                            to_string(kMaxUnits));
@@ -152,6 +153,7 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
     problem.m = static_cast<int32_t>(source.in_rows);
     problem.rows = static_cast<int32_t>(source.in_rows);
     problem.units = static_cast<int32_t>(token_units);
+    problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(tile * slots));
   }
 
   // Dispatch on the architecture

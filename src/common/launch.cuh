@@ -5,13 +5,13 @@
 
 namespace fp8quant {
 
-// Launch `kernel(problem)` on `stream`. With `pdl`, the launch allows programmatic stream
-// serialization (the kernel may start while the previous kernel in the stream finishes; it
-// waits with griddepcontrol.wait before touching memory); where the launch refuses the
-// attribute, or without `pdl`, it launches plainly.
+// Launch `kernel(problem)` on `stream`, with `smem` bytes of dynamic shared memory. With `pdl`,
+// the launch allows programmatic stream serialization (the kernel may start while the previous
+// kernel in the stream finishes; it waits with griddepcontrol.wait before touching memory);
+// where the launch refuses the attribute, or without `pdl`, it launches plainly.
 template <typename Kernel, typename Problem>
 cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const Problem& problem,
-                            bool pdl) {
+                            bool pdl, size_t smem = 0) {
   if (pdl) {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -19,13 +19,14 @@ cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t s
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
+    config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = &attr;
     config.numAttrs = 1;
     if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
     cudaGetLastError();  // not sticky: clear it and try without the attribute
   }
-  kernel<<<grid, block, 0, stream>>>(problem);
+  kernel<<<grid, block, smem, stream>>>(problem);
   return cudaGetLastError();
 }
 

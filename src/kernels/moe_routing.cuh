@@ -2,14 +2,14 @@
 // expert in flat order gets rank i: row, token, masked row; the expert's padding rows and the
 // rows past M_sum are marked -1, and a bound that was too small is reported in the status word.
 //
-// Up to kOneKernelSlots slots and kOneKernelExperts experts (decode and prefill chunks up to
-// 8191 tokens at k = 8): one kernel. Every block counts all the slots per run in shared memory
+// Up to kOneKernelExperts experts: one kernel. Every block counts all the slots per run in shared memory
 // (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
-// walking them again (ranks within a step from ballots), and marks the rows of its share of
-// [0, rows) that hold no token. The blocks repeat the counting (a few KiB of ids from
+// walking them again (ranks within a step from ballots), and marks the rows that hold no token
+// of its share: the padding rows of the experts dealt to its warps, and a slice of the rows past
+// M_sum. The blocks repeat the counting (a few KiB of ids from
 // L2) so that no block waits for another.
 //
-// Larger problems: two kernels.
+// More experts: two kernels.
 //   count   one block per local expert counts its slots (counts[e]);
 //   place   one block per local expert sums the aligned counts of the experts before it (its
 //           first row), counts its slots again and places them in order; then marks its padding
@@ -67,18 +67,26 @@ __device__ __forceinline__ int64_t block_sum(int64_t v, int64_t* smem) {
 struct Run {
   int32_t begin, end;
 };
+__device__ __forceinline__ int32_t run_slots(const RoutingProblem& p) {
+  return (p.slots + kRoutingThreads - 1) / kRoutingThreads * 32;
+}
 __device__ __forceinline__ Run warp_run(const RoutingProblem& p) {
-  const int32_t per = (p.slots + kRoutingThreads - 1) / kRoutingThreads * 32;
+  const int32_t per = run_slots(p);
   const int32_t begin = min(static_cast<int32_t>(threadIdx.x / 32) * per, p.slots);
   return {begin, min(begin + per, p.slots)};
+}
+
+// Runs that hold slots (the first ones; all kRoutingWarps from 1024 slots on).
+__device__ __forceinline__ int32_t nonempty_runs(const RoutingProblem& p) {
+  return (p.slots + run_slots(p) - 1) / run_slots(p);
 }
 
 // No slot: a lane past the end of its run.
 constexpr int64_t kNoSlot = -2;
 
 // visit(s, expert) on every lane for each step of the run in order (lane i at slot step + i;
-// expert kNoSlot past the end), its ids loaded kBatch steps at a time. Every lane calls visit,
-// so it may use warp votes.
+// expert kNoSlot past the end; steps past the run's end are skipped), its ids loaded kBatch steps
+// at a time. Every lane calls visit, so it may use warp votes.
 template <typename IdT, typename Visit>
 __device__ __forceinline__ void for_each_step(const RoutingProblem& p, Run run, Visit&& visit) {
   constexpr int kBatch = 8;
@@ -91,7 +99,10 @@ __device__ __forceinline__ void for_each_step(const RoutingProblem& p, Run run, 
       experts[i] = s < run.end ? local_expert<IdT>(p, s) : kNoSlot;
     }
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) visit(base + 32 * i + lane, experts[i]);
+    for (int i = 0; i < kBatch; ++i) {
+      if (base + 32 * i >= run.end) break;  // the same on every lane: no slot left in the run
+      visit(base + 32 * i + lane, experts[i]);
+    }
   }
 }
 
@@ -213,14 +224,19 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
 }
 
 
-constexpr int32_t kOneKernelSlots = 65535;      // per-run counts and their prefixes fit uint16
 constexpr int32_t kOneKernelExperts = 512;      // the per-run counts fit shared memory
 constexpr int32_t kOneKernelRowsPerBlock = 1024;
+// Dynamic shared memory the one-kernel routing takes without opting in to more (the default limit
+// is 48 KiB with its static arrays; 256 experts' counts fit)
+constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
 constexpr int32_t kOneKernelMaxBlocks = 128;
 
 // Whether the one-kernel routing takes `p`.
-inline bool routing_in_one_kernel(const RoutingProblem& p) {
-  return p.slots <= kOneKernelSlots && p.experts <= kOneKernelExperts;
+inline bool routing_in_one_kernel(const RoutingProblem& p) { return p.experts <= kOneKernelExperts; }
+
+// Dynamic shared memory of the one-kernel routing: the per-run counts, kRoutingWarps x experts.
+inline size_t routing_counts_bytes(const RoutingProblem& p) {
+  return size_t{kRoutingWarps} * static_cast<size_t>(p.experts) * sizeof(uint32_t);
 }
 
 // The lanes of the warp whose expert equals x (x in [kNoSlot, kOneKernelExperts)): one ballot
@@ -241,33 +257,36 @@ __device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
 
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
-  __shared__ alignas(4) uint16_t earlier[kRoutingWarps][kOneKernelExperts];  // per run; after the scan: in the runs before
+  extern __shared__ uint32_t run_counts[];  // [kRoutingWarps][experts]: per run; after the scan, in the runs before
   __shared__ int64_t first[kOneKernelExperts + 1];                 // first row of each expert; [experts]: M_sum
   __shared__ int32_t count[kOneKernelExperts];
   __shared__ int64_t warp_sums[kRoutingWarps];
   const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned lanes_before = (1u << lane) - 1u;
   const Run run = warp_run(p);
-  for (int32_t e = lane; e < p.experts; e += 32) earlier[warp][e] = 0;
+  const int32_t runs = nonempty_runs(p);
+  uint32_t* const earlier = run_counts + warp * p.experts;  // this warp's run
+  if (warp < runs) {
+    for (int32_t e = lane; e < p.experts; e += 32) earlier[e] = 0;
+  }
   __syncwarp();
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Count each run's slots per expert (shared atomics on the word holding the 16-bit count; a run
-  // has at most 2048 slots, so nothing carries into the neighbouring count)
+  // Count each run's slots per expert (shared atomics)
   for_each_step<IdT>(p, run, [&](int32_t, int64_t x) {
-    if (x >= 0) atomicAdd(reinterpret_cast<uint32_t*>(&earlier[warp][x & ~int64_t{1}]), 1u << (16 * (x & 1)));
+    if (x >= 0) atomicAdd(&earlier[x], 1u);
   });
   __syncthreads();
 
   // Count each expert; per run, keep its slots in the runs before
   for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) {
-    int32_t total = 0;
-    for (int w = 0; w < kRoutingWarps; ++w) {
-      const int32_t c = earlier[w][e];
-      earlier[w][e] = static_cast<uint16_t>(total);
+    uint32_t total = 0;
+    for (int w = 0; w < runs; ++w) {
+      const uint32_t c = run_counts[w * p.experts + e];
+      run_counts[w * p.experts + e] = total;
       total += c;
     }
     count[e] = total;
@@ -284,8 +303,10 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
   }
   if (lane == 31) warp_sums[warp] = rows_through;
   __syncthreads();
-  for (int w = 0; w < warp; ++w) rows_through += warp_sums[w];
-  if (e < p.experts) first[e + 1] = rows_through;
+  if (e < p.experts) {
+    for (int w = 0; w < warp; ++w) rows_through += warp_sums[w];
+    first[e + 1] = rows_through;
+  }
   if (e == 0) first[0] = 0;
   const bool max_m_overflow = __syncthreads_or(p.masked_row != nullptr && e < p.experts && count[e] > p.max_m);
   const int64_t m_sum = first[p.experts];
@@ -309,39 +330,33 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
     for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
       const unsigned peers = lanes_with_expert(x);
       if (x >= 0) {
-        place_slot(p, s, static_cast<int32_t>(x), first[x], int64_t{earlier[warp][x]} + __popc(peers & lanes_before),
+        place_slot(p, s, static_cast<int32_t>(x), first[x], int64_t{earlier[x]} + __popc(peers & lanes_before),
                    rows_overflow, m_overflow);
       } else if (x == -1) {
         drop_slot(p, s);
       }
       __syncwarp();
-      if (x >= 0 && lane == __ffs(peers) - 1) earlier[warp][x] += __popc(peers);
+      if (x >= 0 && lane == __ffs(peers) - 1) earlier[x] += __popc(peers);
       __syncwarp();
     });
   }
 
-  // Mark the rows of this block's share that hold no token: padding rows and rows past M_sum
-  const int64_t rows_per_block = (int64_t{p.rows} + gridDim.x - 1) / gridDim.x;
-  const int64_t row_begin = blockIdx.x * rows_per_block;
-  const int64_t row_end = min(row_begin + rows_per_block, int64_t{p.rows});
-  for (int64_t r = row_begin + threadIdx.x; r < row_end; r += kRoutingThreads) {
-    bool token = false;
-    if (r < m_sum) {
-      int32_t lo = 0, hi = p.experts - 1;  // the expert whose rows hold r: first[lo] <= r < first[lo + 1]
-      while (lo < hi) {
-        const int32_t mid = (lo + hi) / 2;
-        if (first[mid + 1] > r) {
-          hi = mid;
-        } else {
-          lo = mid + 1;
-        }
-      }
-      token = r - first[lo] < count[lo];
-    }
-    if (!token) {
+  // Mark the rows that hold no token: the padding rows of each expert (one warp an expert, the
+  // experts dealt round robin to the warps of all blocks), and this block's slice of the rows past
+  // M_sum
+  for (int32_t x = blockIdx.x * kRoutingWarps + warp; x < p.experts; x += gridDim.x * kRoutingWarps) {
+    const int64_t end = min(first[x + 1], int64_t{p.rows});
+    for (int64_t r = first[x] + count[x] + lane; r < end; r += 32) {
       p.m_indices[r] = -1;
       p.row_token[r] = -1;
     }
+  }
+  const uint32_t tail = static_cast<uint32_t>(max(int64_t{p.rows} - m_sum, int64_t{0}));
+  const int64_t slice = (tail + gridDim.x - 1) / gridDim.x;  // 32-bit: rows fit int32
+  const int64_t tail_end = min(m_sum + (blockIdx.x + 1) * slice, int64_t{p.rows});
+  for (int64_t r = m_sum + blockIdx.x * slice + threadIdx.x; r < tail_end; r += kRoutingThreads) {
+    p.m_indices[r] = -1;
+    p.row_token[r] = -1;
   }
 }
 
@@ -351,10 +366,17 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
   return FP8QUANT_DISPATCH_BOOL(problem.int64_ids, kInt64, [&] {
     using IdT = std::conditional_t<kInt64, int64_t, int32_t>;
     if (routing_in_one_kernel(problem)) {
+      const auto kernel = moe_route_kernel<Arch, IdT>;
       const int64_t blocks = std::clamp<int64_t>((int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock,
                                                  1, kOneKernelMaxBlocks);
-      return cuda_error(launch_with_pdl(moe_route_kernel<Arch, IdT>, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads),
-                                        stream, problem, problem.pdl),
+      const size_t smem = routing_counts_bytes(problem);
+      if (smem > kDefaultMaxDynamicSmem) {  // past the default limit: opt in (per device, so every launch)
+        FP8QUANT_RETURN_IF_ERROR(cuda_error(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+            "cudaFuncSetAttribute"));
+      }
+      return cuda_error(launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads), stream,
+                                        problem, problem.pdl, smem),
                         "kernel launch");
     }
     const auto count = moe_count_kernel<Arch, IdT>;

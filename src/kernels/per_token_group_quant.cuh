@@ -9,6 +9,8 @@
 //   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; row by row, slots run to
 //                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
 //                bytes by shuffles.
+// The scatter source walks row by row in every layout (team_row_tile): its rows go to scattered
+// destination rows, where a warp's four consecutive groups of one token make one 512-byte store.
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
@@ -94,6 +96,16 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
 // The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
 __device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) { return (count + align - 1) / align * align; }
 
+// Destination rows of token `token`'s slots j0 .. j0 + kBatch - 1 (kScatter), -1 past its slots
+// or when not `live`.
+template <int kBatch>
+__device__ __forceinline__ void load_slot_rows(const QuantProblem& p, int32_t token, int32_t j0, bool live,
+                                               int32_t (&rows)[kBatch]) {
+  const int32_t* slot_rows = p.row_map + int64_t{token} * p.slots_per_row;
+#pragma unroll
+  for (int i = 0; i < kBatch; ++i) rows[i] = live && j0 + i < p.slots_per_row ? __ldg(slot_rows + j0 + i) : -1;
+}
+
 // Scale columns of a row: group columns, or packed words of four.
 template <ScaleOrder kOrder>
 __host__ __device__ __forceinline__ int32_t scale_columns(const QuantProblem& p) {
@@ -155,7 +167,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // front end from moving them past the wait; ptxas may still sink the last steps of dst and
   // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
-  const GroupPos pos = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
+  constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
+  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
@@ -180,7 +193,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // the lowest: units run tile after tile)
   bool live = pos.valid, in_tile = pos.in_range;
   if constexpr (kSource == QuantSource::kSiluMul) {
-    const int32_t block_first_row = locate<row_tile(kOrder)>(p, blockIdx.x * teams_per_block).m;
+    const int32_t block_first_row = locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
     if (p.row_counts != nullptr) {
       const int64_t count = __ldg(p.row_counts + b), end = tile_end(count, p.pad_align);
       if (block_first_row >= end) return;
@@ -203,7 +216,11 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     }
   }
 
-  // Load
+  // Load x's group, and with the scatter source the first of its token's slot rows (both in flight
+  // at once)
+  constexpr int kSlotBatch = 8;
+  int32_t slot_rows[kSlotBatch];
+  if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
   Slice<T> slice;
   if (live) {
     load_slice<T, kAligned>(src, slice);
@@ -223,17 +240,13 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // Store q and scales: at the team's own row, or at each of its token's slot rows
   if constexpr (kSource == QuantSource::kScatter) {
     // The slots' rows kSlotBatch at a time, all loads before the stores
-    constexpr int kSlotBatch = 8;
     const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
-    const int32_t* slot_rows = p.row_map + int64_t{pos.m} * p.slots_per_row;
     for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
-      int32_t rows[kSlotBatch];
-#pragma unroll
-      for (int i = 0; i < kSlotBatch; ++i) rows[i] = live && j0 + i < p.slots_per_row ? __ldg(slot_rows + j0 + i) : -1;
+      if (j0 > 0) load_slot_rows<kSlotBatch>(p, pos.m, j0, live, slot_rows);
 #pragma unroll
       for (int i = 0; i < kSlotBatch; ++i) {
         if (j0 + i >= p.slots_per_row) break;  // warp-uniform
-        const int32_t row = rows[i];
+        const int32_t row = slot_rows[i];
         const bool keep = row >= 0 && row < dest_total;
         const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
         uint8_t* slot_dst = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;

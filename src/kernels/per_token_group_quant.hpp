@@ -70,9 +70,18 @@ struct QuantProblem {
 constexpr int32_t row_tile(ScaleOrder order) { return order == ScaleOrder::kColumn ? 4 : 1; }
 constexpr int32_t row_tile(fp8quant_scale_layout_t layout) { return row_tile(scale_order(layout)); }
 
-// Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles.
+// Rows of the tiles teams walk: row_tile(order), but one for the scatter source, whose tokens'
+// rows land on scattered destination rows (no two of a tile share a scale column run there),
+// so that a warp's teams hold consecutive groups of one token.
+constexpr int32_t team_row_tile(ScaleOrder order, QuantSource source) {
+  return source == QuantSource::kScatter ? 1 : row_tile(order);
+}
+
+// Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles
+// of `tile` rows.
+constexpr int64_t team_units(int32_t tile, int64_t rows, int64_t slots) { return (rows + tile - 1) / tile * tile * slots; }
 constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64_t slots) {
-  return (rows + row_tile(layout) - 1) / row_tile(layout) * row_tile(layout) * slots;
+  return team_units(row_tile(layout), rows, slots);
 }
 
 namespace sm90 {

@@ -1,7 +1,7 @@
 """GPU tests of the MoE ops (moe_routing, moe_dispatch_quant, silu_mul_quant, moe_combine): the
 kernels bit-identical to the references run on the GPU, through the shared harness (poisoned out=
-buffers with guards), over T in {1, 7, 4096} (routing: up to 8192, both sides of the one-kernel
-limits), k in {1, 2, 8}, E in {8, 256} (routing: 7 to 513), dropped slots, local
+buffers with guards), over T in {1, 7, 4096} (routing: up to 8192, and both sides of the one-kernel
+limit of 512 experts), k in {1, 2, 8}, E in {8, 256} (routing: 7 to 513), dropped slots, local
 expert ranges, both layouts, every dtype, an H that takes the element-wise path, streams, CUDA
 graphs, torch.compile and a PDL producer that writes each op's inputs late. Marked ``gpu``."""
 
@@ -88,9 +88,9 @@ def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
     check_op(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
 
 
-# One kernel takes t * k <= 65535 slots and e <= 512 experts, two kernels the rest: t = 8191 and
-# 8192 at k = 8 and e = 512 / 513 sit on the boundaries (7: an odd count, half a counter word
-# unused); the loose bound spreads the rows over blocks.
+# One kernel takes e <= 512 experts, two kernels the rest: e = 512 / 513 sit on the boundary (7: an
+# odd count); t = 8191 and 8192 at k = 8 are the largest (65528 and 65536 slots, past 16-bit
+# counts); the loose bound spreads the rows over blocks.
 @pytest.mark.parametrize("e", [7, 8, 256, 512, 513])
 @pytest.mark.parametrize("k", [1, 2, 8])
 @pytest.mark.parametrize("t", [0, 1, 7, 4096, 8191, 8192])
@@ -100,13 +100,15 @@ def test_routing(t, k, e, gen):
     check_routing(ids.long(), e, rows=t * k + e * 128 + 5)  # int64 ids, a loose bound: trailing rows
 
 
-@pytest.mark.parametrize("slots", [65535, 65536])  # the most one kernel takes; the first of two
-def test_routing_every_slot_to_one_expert(slots, gen):
-    """Every slot on one expert: its 16-bit per-run counts and their prefix reach 65535."""
+@pytest.mark.parametrize("e", [8, 513])  # one kernel, two kernels
+@pytest.mark.parametrize("slots", [65535, 65536])
+def test_routing_every_slot_to_one_expert(slots, e, gen):
+    """Every slot on one expert: its per-run counts and their prefix reach 2^16 - 1 and 2^16 (past
+    16 bits)."""
     ids = torch.full((slots, 1), 3, device="cuda", dtype=torch.int32)
     ids[slots // 2, 0] = -1  # one dropped slot
-    check_routing(ids, 8, align=128, max_m=slots)
-    check_routing(torch.full((slots, 1), 7, device="cuda", dtype=torch.int64), 8)  # the last expert, int64 ids
+    check_routing(ids, e, align=128, max_m=slots)
+    check_routing(torch.full((slots, 1), e - 1, device="cuda", dtype=torch.int64), e)  # the last expert, int64 ids
 
 
 def test_routing_experts_without_tokens_and_alignments(gen):
@@ -138,14 +140,14 @@ def test_routing_public_call_and_bounds(gen):
     assert r.m_indices.numel() == 100 and int(r.inv_perm.max()) < 100 and int(r.masked_row.max()) < 16 * 10
 
 
-@pytest.mark.parametrize("t", [64, 8192])  # one kernel, two kernels
-def test_routing_in_a_graph(t, gen):
-    ids = torch.randint(-1, 16, (t, 8), generator=gen, device="cuda", dtype=torch.int32)
-    args = (ids, 16, 0, 128, t * 8 + 16 * 128, t)
+@pytest.mark.parametrize(("t", "e"), [(64, 16), (8192, 16), (64, 513)])  # one kernel (65536 slots), two kernels
+def test_routing_in_a_graph(t, e, gen):
+    ids = torch.randint(-1, e, (t, 8), generator=gen, device="cuda", dtype=torch.int32)
+    args = (ids, e, 0, 128, t * 8 + min(t * 8, e) * 128, t)
     for pdl in (True, False):
         with pdl_setting(pdl):
             check_graph(lambda out=None: ROUTING(*args, out=out),
-                        lambda: ids.copy_(torch.randint(-1, 16, ids.shape, generator=gen, device="cuda")),
+                        lambda: ids.copy_(torch.randint(-1, e, ids.shape, generator=gen, device="cuda")),
                         lambda: _routing_reference(*args), ROUTING.buffers(*args), variant="out")  # fmt: skip
 
 
@@ -395,12 +397,12 @@ def distinct_ids(t: int, k: int, e: int, gen) -> torch.Tensor:
     return torch.rand(t, e, generator=gen, device="cuda").topk(k).indices.to(torch.int32)
 
 
-@pytest.mark.parametrize("t", [64, 8192])  # one kernel, two kernels
-def test_pdl_producer_routing(t, gen):
+@pytest.mark.parametrize(("t", "e"), [(64, 16), (8192, 16), (64, 513)])  # one kernel (65536 slots), two kernels
+def test_pdl_producer_routing(t, e, gen):
     """moe_routing behind a producer that writes topk_ids late (gpu_harness.check_pdl_producer)."""
-    ids = distinct_ids(t, 8, 16, gen)
-    args = (ids, 16, 0, 128, fp8quant.moe_bounds(t, 8, 16).max_m_sum, t)
-    check_pdl_producer(lambda out=None: ROUTING(*args, out=out), [ids], [distinct_ids(t, 8, 16, gen)],
+    ids = distinct_ids(t, 8, e, gen)
+    args = (ids, e, 0, 128, fp8quant.moe_bounds(t, 8, e).max_m_sum, t)
+    check_pdl_producer(lambda out=None: ROUTING(*args, out=out), [ids], [distinct_ids(t, 8, e, gen)],
                        _routing_reference(*args), ROUTING.buffers(*args))  # fmt: skip
 
 

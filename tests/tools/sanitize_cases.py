@@ -84,7 +84,7 @@ def run_cases() -> tuple[int, int]:
     for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
         failures += not check_dispatch(t, k, e, layout, gen)
         cases += 1
-    # One kernel up to 65535 slots and 512 experts, two kernels past either; the third and the
+    # One kernel up to 512 experts (the last with 65536 slots), two kernels past; the third and the
     # last overflow both bounds
     for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60),
                                  (5, 8, 513, 70000, 5), (8192, 8, 16, 30000, 100)):
