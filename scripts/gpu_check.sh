@@ -4,12 +4,28 @@
 # compute-sanitizer (memcheck, racecheck) on representative launches, and the benchmarks (device
 # time of every op family, eager host time). Logs go to $LOGDIR (default build/gpu-check). Stages can be picked:
 # scripts/gpu_check.sh ctest pytest sanitize bench
+#
+# DeepGEMM, the consumer of fp8quant's DeepGEMM formats, is installed first when a wheel of it is
+# at $DEEP_GEMM_WHEEL (default: the newest ../shared/wheels/deep_gemm-*.whl); its tests then must
+# run (FP8QUANT_REQUIRE_DEEP_GEMM=1 makes pytest stop if deep_gemm does not import) instead of
+# skipping. DEEP_GEMM_WHEEL=none runs without it.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 logdir=${LOGDIR:-build/gpu-check}
 mkdir -p "$logdir"
 stages=("${@:-ctest pytest sanitize bench}")
 status=0
+
+wheel=${DEEP_GEMM_WHEEL:-$(ls -t ../shared/wheels/deep_gemm-*.whl 2>/dev/null | head -1)}
+if [ -n "$wheel" ] && [ "$wheel" != none ]; then
+  echo "==> DeepGEMM: installing $wheel"
+  python -m pip install --no-deps --no-index --force-reinstall "$wheel" || exit 1
+  export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}             # its JIT runs nvcc on first use
+  export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-$PWD/build/deep_gemm-cache}
+  export FP8QUANT_REQUIRE_DEEP_GEMM=1
+else
+  echo "==> DeepGEMM: no wheel (DEEP_GEMM_WHEEL or ../shared/wheels): its tests will skip"
+fi
 
 run() {  # run NAME CMD...: tee the output to $logdir/NAME.log, remember a failure
   local name=$1

@@ -1,10 +1,14 @@
 """Shared pytest setup: tests marked ``@pytest.mark.gpu`` (marker declared in pyproject.toml)
 are skipped unless a CUDA device of compute capability 9.0 or 10.x (the chips the sm_90a and
-sm_100f builds run on) is present; ``gen``, a CUDA generator seeded from the test's id."""
+sm_100f builds run on) is present; ``gen``, a CUDA generator seeded from the test's id. With
+``FP8QUANT_REQUIRE_DEEP_GEMM=1`` (scripts/gpu_check.sh sets it when it installs DeepGEMM) the
+session stops at once unless ``import deep_gemm`` succeeds, so that the DeepGEMM tests run
+rather than skip."""
 
 from __future__ import annotations
 
 import functools
+import os
 import zlib
 
 import pytest
@@ -24,6 +28,14 @@ def gpu_skip_reason() -> str | None:
     if not supported(major, minor):
         return f"needs compute capability 9.0 or 10.x, this device is {major}.{minor}"
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("FP8QUANT_REQUIRE_DEEP_GEMM") == "1":
+        try:
+            import deep_gemm  # noqa: F401, PLC0415
+        except Exception as e:  # any failure of the import: the run would skip what it must test
+            raise pytest.UsageError(f"FP8QUANT_REQUIRE_DEEP_GEMM=1 but import deep_gemm failed: {e!r}") from e
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
