@@ -6,8 +6,8 @@
 // (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
 // walking them again (ranks within a step from ballots), and marks the rows that hold no token
 // of its share: the padding rows of the experts dealt to its warps, and a slice of the rows past
-// M_sum. The blocks repeat the counting (a few KiB of ids from
-// L2) so that no block waits for another.
+// M_sum. The blocks repeat the counting (the ids, L2-resident: 512 KiB at t = 16384, k = 8) so
+// that no block waits for another; the work grows with blocks * slots.
 //
 // More experts: two kernels.
 //   count   one block per local expert counts its slots (counts[e]);
@@ -18,9 +18,8 @@
 // Each warp of a block owns one run of consecutive slots and walks it 32 slots a step, its lanes
 // reading consecutive ids (one 128-byte access a step); a slot's rank within the run comes from
 // ballots, and the runs' totals are summed across the block through shared memory (a few
-// barriers per kernel, none per step). Every block reads all t * k ids (L1- and L2-resident:
-// 512 KiB at t = 16384, k = 8), so the work grows with experts * slots: suited to prefill chunks
-// up to a few hundred thousand slots.
+// barriers per kernel, none per step). Every block reads all t * k ids, so the work grows with
+// experts * slots.
 //
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
 // (docs/kernels.md); the placement kernel's wait also orders it after the count kernel.
@@ -76,9 +75,10 @@ __device__ __forceinline__ Run warp_run(const RoutingProblem& p) {
   return {begin, min(begin + per, p.slots)};
 }
 
-// Runs that hold slots (the first ones; all kRoutingWarps from 1024 slots on).
+// Runs that hold slots: the first ones, at most kRoutingWarps (none without slots; no sum that
+// could pass INT32_MAX for slots near it).
 __device__ __forceinline__ int32_t nonempty_runs(const RoutingProblem& p) {
-  return (p.slots + run_slots(p) - 1) / run_slots(p);
+  return p.slots == 0 ? 0 : (p.slots - 1) / run_slots(p) + 1;
 }
 
 // No slot: a lane past the end of its run.
@@ -370,10 +370,12 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
       const int64_t blocks = std::clamp<int64_t>((int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock,
                                                  1, kOneKernelMaxBlocks);
       const size_t smem = routing_counts_bytes(problem);
-      if (smem > kDefaultMaxDynamicSmem) {  // past the default limit: opt in (per device, so every launch)
+      if (smem > kDefaultMaxDynamicSmem) {
+        // Past the default limit: opt in, on the current device (so at every launch), to the most
+        // any launch takes (so that no other thread's launch lowers it between this one's two calls)
+        constexpr int kMaxSmem = kRoutingWarps * kOneKernelExperts * sizeof(uint32_t);
         FP8QUANT_RETURN_IF_ERROR(cuda_error(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-            "cudaFuncSetAttribute"));
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem), "cudaFuncSetAttribute"));
       }
       return cuda_error(launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads), stream,
                                         problem, problem.pdl, smem),

@@ -24,8 +24,8 @@ struct QuantProblem {
   int32_t num_groups;
   int32_t rows;   // rows of the scale layout: m, or align(m, 4) for the TMA-aligned layouts
   int32_t slots;  // group slots per row: num_groups, or 4 * ceil(num_groups / 4) when packed
-  int32_t units;  // teams one batch launches: team_units(layout, rows, slots)
-  FastDivisor tile_units;   // teams per tile of row_tile(layout) rows: row_tile(layout) * slots
+  int32_t units;  // teams one batch launches: team_units(tile, rows, slots), tile = team_row_tile(order, source)
+  FastDivisor tile_units;   // teams per tile of `tile` rows: tile * slots
   int32_t sm_count;         // streaming multiprocessors of the device
   int32_t prefetch_blocks;  // blocks of the first wave, which prefetch x (set by the launcher)
   float eps;
@@ -72,7 +72,8 @@ constexpr int32_t row_tile(fp8quant_scale_layout_t layout) { return row_tile(sca
 
 // Rows of the tiles teams walk: row_tile(order), but one for the scatter source, whose tokens'
 // rows land on scattered destination rows (no two of a tile share a scale column run there),
-// so that a warp's teams hold consecutive groups of one token.
+// so that a warp's teams hold consecutive groups of a token (of one token when G % 4 == 0 or
+// the scales are packed).
 constexpr int32_t team_row_tile(ScaleOrder order, QuantSource source) {
   return source == QuantSource::kScatter ? 1 : row_tile(order);
 }
