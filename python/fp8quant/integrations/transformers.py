@@ -1,0 +1,310 @@
+"""fp8quant in Hugging Face transformers' FineGrainedFP8 models (DeepSeek-style 128 x 128 FP8
+weights, 1 x 128 activation groups), with nothing fetched from the Hub.
+
+A model that transformers loaded and quantized::
+
+    model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=FineGrainedFP8Config(),
+                                                 device_map="cuda")
+    fp8quant.integrations.transformers.enable(model)
+
+or a bfloat16 model quantized once from its own weights (transformers' loader casts bf16 to fp8
+before it quantizes: two roundings)::
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, device_map="cuda")
+    fp8quant.integrations.transformers.quantize(model)   # FineGrainedFP8's modules, fp8quant's weights
+    fp8quant.integrations.transformers.enable(model)
+
+:func:`enable` runs every FP8 linear through :func:`fp8quant.linear` (weights prepared once for the
+backend), the routed experts through :func:`fp8quant.moe_layer` (the ``"fp8quant"`` experts
+implementation), and plugs fp8quant into transformers' kernel seam, so that any other FP8 matmul
+of the model runs on fp8quant too. Tested with transformers 5.17 (``TESTED_VERSIONS``); a
+transformers without the seam gets a RuntimeError that says so.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from .. import reference
+from ..gemm import QuantizedWeight, linear, prepare_weight
+from ..moe_layer import ExpertWeights, moe_layer, prepare_experts
+from ..weights import per_block_quant
+
+TESTED_VERSIONS = ("5.17",)
+EXPERTS_IMPLEMENTATION = "fp8quant"
+BLOCK = (128, 128)
+_SEAM = ("FineGrainedFP8", "FP8Linear", "FP8Experts", "FP8ExpertsInterface", "replace_with_fp8_linear")
+
+
+def finegrained_fp8() -> ModuleType:
+    """transformers' ``integrations.finegrained_fp8`` module, checked for the names fp8quant plugs
+    into; ImportError without transformers, RuntimeError when a name is missing."""
+    try:
+        import transformers  # noqa: PLC0415
+        from transformers.integrations import finegrained_fp8 as fg  # noqa: PLC0415
+    except ImportError as e:
+        raise ImportError(
+            f"fp8quant.integrations.transformers needs transformers (tested: {', '.join(TESTED_VERSIONS)}): {e}"
+        ) from e
+    missing = [name for name in (*_SEAM, "_FINEGRAINED_FP8") if not hasattr(fg, name)]
+    if missing:
+        raise RuntimeError(
+            f"transformers {transformers.__version__} lacks the FineGrainedFP8 names fp8quant plugs into "
+            f"({', '.join(missing)}); tested with transformers {', '.join(TESTED_VERSIONS)}"
+        )
+    return fg
+
+
+def _check_block(block_size, where: str) -> None:
+    if block_size is None or tuple(block_size) != BLOCK:
+        raise NotImplementedError(f"{where}: fp8quant runs 128 x 128 weight blocks, got block_size={block_size}")
+
+
+def _check_dynamic(scheme: str, where: str) -> None:
+    if scheme != "dynamic":
+        raise NotImplementedError(f"{where}: fp8quant quantizes activations per group (activation_scheme='dynamic'), "
+                                  f"got {scheme!r}")  # fmt: skip
+
+
+def _check_scale(scale: torch.Tensor, where: str) -> None:
+    if scale.dtype != torch.float32:
+        raise NotImplementedError(f"{where}: fp8quant reads float32 block scales (weight_scale_inv), got {scale.dtype}")
+
+
+# --- quantize: a bf16 model to FineGrainedFP8's modules, with fp8quant's weights --------------------
+
+NOT_CONVERTED = ("lm_head", "gate", "router")  # the output embedding and the routers stay bf16
+
+
+def convertible(model: nn.Module, modules_to_not_convert=NOT_CONVERTED) -> list[tuple[str, nn.Module]]:
+    """The modules transformers' FineGrainedFP8 replaces (``replace_with_fp8_linear``'s rule):
+    every exact ``nn.Linear`` and every ``*.experts`` module, but those matching
+    ``modules_to_not_convert`` (transformers' name patterns)."""
+    from transformers.quantizers.quantizers_utils import should_convert_module  # noqa: PLC0415
+
+    patterns = list(modules_to_not_convert)
+    return [(name, module) for name, module in model.named_modules()
+            if should_convert_module(name, patterns) and (name.endswith(".experts") or type(module) is nn.Linear)]  # fmt: skip
+
+
+def quantize(model: nn.Module, *, modules_to_not_convert=NOT_CONVERTED) -> nn.Module:
+    """Turn a bfloat16 model into transformers' FineGrainedFP8 form in place, each weight quantized
+    once from its bf16 values by :func:`fp8quant.per_block_quant` (128 x 128 blocks, ceil-div
+    scales for dims that are not multiples of 128): every ``nn.Linear`` becomes an ``FP8Linear``
+    and every ``*.experts`` module an ``FP8Experts``, as transformers' FineGrainedFP8 quantizer
+    lays them out (:func:`convertible`). ``modules_to_not_convert`` (transformers' name patterns)
+    stay as they are: by default the output embedding (``lm_head``) and the routers (``*.gate``,
+    ``*.router``). Returns the model."""
+    fg = finegrained_fp8()
+    from transformers import FineGrainedFP8Config  # noqa: PLC0415
+
+    before = dict(convertible(model, modules_to_not_convert))
+    fg.replace_with_fp8_linear(model, modules_to_not_convert=list(modules_to_not_convert),
+                               quantization_config=FineGrainedFP8Config(weight_block_size=BLOCK))  # fmt: skip
+    for name, module in model.named_modules():
+        old = before.get(name)
+        if old is None or old is module:
+            continue
+        if isinstance(module, fg.FP8Linear):
+            _set_quantized(module, "weight", "weight_scale_inv", old.weight)
+            if old.bias is not None:
+                module.bias = nn.Parameter(old.bias.detach(), requires_grad=False)
+        elif isinstance(module, fg.FP8Experts):
+            for proj in ("gate_up_proj", "up_proj", "down_proj"):
+                if hasattr(module, f"{proj}_scale_inv"):
+                    _set_quantized(module, proj, f"{proj}_scale_inv", getattr(old, proj))
+    return model
+
+
+def _set_quantized(module: nn.Module, weight: str, scale: str, w: torch.Tensor) -> None:
+    q, s = per_block_quant(w.detach().contiguous(), BLOCK)
+    setattr(module, weight, nn.Parameter(q, requires_grad=False))
+    setattr(module, scale, nn.Parameter(s, requires_grad=False))
+
+
+# --- the format's own floor: FP8 values, bf16 arithmetic ----------------------------------------------
+
+FLOOR_EXPERTS_IMPLEMENTATION = "fp8quant_floor"
+
+
+def _qdq(x: torch.Tensor) -> torch.Tensor:
+    """x quantized per 1 x 128 group (fp32 scales) and dequantized, in x's dtype."""
+    q, scale, _ = reference.quantize_groups(x, 128, ue8m0=False, eps=1e-10)
+    return reference.dequantize_groups(q, scale).to(x.dtype)
+
+
+def _dequantized(w: torch.Tensor) -> torch.Tensor:
+    """w's FP8 values (:func:`fp8quant.per_block_quant`, 128 x 128 blocks), dequantized, in w's dtype."""
+    return reference.dequantize_blocks(*per_block_quant(w.detach().contiguous(), BLOCK)).to(w.dtype)
+
+
+def floor_experts_forward(
+    self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """The ``"fp8quant_floor"`` experts implementation (:func:`format_floor`): each expert's
+    bf16 matmuls on activations quantized and dequantized per group."""
+    out = torch.zeros(hidden_states.shape, dtype=torch.float32, device=hidden_states.device)
+    for e in torch.unique(top_k_index).tolist():
+        if not 0 <= e < self.gate_up_proj.shape[0]:
+            continue
+        token, slot = (top_k_index == e).nonzero(as_tuple=True)
+        h = self._apply_gate(nn.functional.linear(_qdq(hidden_states[token]), self.gate_up_proj[e]))
+        y = nn.functional.linear(_qdq(h), self.down_proj[e])
+        out.index_add_(0, token, y.float() * top_k_weights[token, slot, None].float())
+    return out.to(hidden_states.dtype)
+
+
+def format_floor(model: nn.Module, *, modules_to_not_convert=NOT_CONVERTED) -> nn.Module:
+    """The FP8 format's own floor of a bfloat16 model, in place: what :func:`quantize` converts
+    (:func:`convertible`) keeps its bf16 modules and arithmetic, but its weights become their FP8
+    values dequantized and the activations entering them are quantized and dequantized per 1 x 128
+    group (for the experts, both matmuls' inputs: the ``"fp8quant_floor"`` experts
+    implementation). The accuracy an FP8 model can reach; the oracle of the integration's tests
+    and of its benchmark. Returns the model."""
+    from transformers.integrations.moe import ExpertsInterface  # noqa: PLC0415
+
+    ExpertsInterface.register(FLOOR_EXPERTS_IMPLEMENTATION, floor_experts_forward)
+    experts = False
+    for _, module in convertible(model, modules_to_not_convert):
+        if type(module) is nn.Linear:
+            module.weight.data = _dequantized(module.weight)
+            module.register_forward_pre_hook(lambda mod, args: (_qdq(args[0]), *args[1:]))
+        else:
+            for proj in ("gate_up_proj", "up_proj", "down_proj"):
+                if isinstance(getattr(module, proj, None), torch.Tensor):
+                    getattr(module, proj).data = _dequantized(getattr(module, proj))
+            experts = True
+    if experts:
+        model.set_experts_implementation(FLOOR_EXPERTS_IMPLEMENTATION)
+    return model
+
+
+# --- enable: the model's FP8 matmuls on fp8quant -----------------------------------------------------
+
+
+class FP8QuantLinear(nn.Module):
+    """An ``FP8Linear`` run by :func:`fp8quant.linear`: its weight prepared once for ``backend``
+    (the checkpoint's fp8 weight and float32 ``weight_scale_inv``, used as they are where the
+    backend reads them so), activations quantized per 1 x 128 group on each call."""
+
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None, in_features: int, out_features: int):
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+        self.in_features, self.out_features = in_features, out_features
+
+    @classmethod
+    def from_fp8_linear(cls, module: nn.Module, backend: str, where: str) -> FP8QuantLinear:
+        _check_block(module.block_size, where)
+        _check_dynamic(module.activation_scheme, where)
+        _check_scale(module.weight_scale_inv, where)
+        weight = prepare_weight((module.weight.detach(), module.weight_scale_inv.detach()), backend)
+        bias = None if module.bias is None else module.bias.detach()
+        return cls(weight, bias, module.in_features, module.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = linear(x, self.weight, out_dtype=x.dtype)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.weight.recipe.name!r}"
+
+
+def _experts_weights(module: nn.Module) -> tuple[ExpertWeights, ExpertWeights]:
+    """The experts' weights for :func:`fp8quant.moe_layer`, prepared on the first call."""
+    cached = getattr(module, "_fp8quant_weights", None)
+    if cached is None:
+        where = type(module).__name__
+        if not getattr(module, "has_gate", True) or getattr(module, "has_bias", False):
+            raise NotImplementedError(f"{where}: fp8quant runs gated experts without bias (SiLU(gate) * up)")
+        if getattr(module, "swiglu_alpha", None) is not None or getattr(module, "limit", None) is not None:
+            raise NotImplementedError(f"{where}: fp8quant's SiLU-and-mul has no clamped SwiGLU")
+        if not isinstance(module.act_fn, nn.SiLU) and type(module.act_fn).__name__ != "SiLUActivation":
+            raise NotImplementedError(f"{where}: fp8quant's experts apply SiLU, this one {type(module.act_fn).__name__}")
+        _check_block(module.block_size, where)
+        _check_dynamic(module.activation_scheme, where)
+        _check_scale(module.gate_up_proj_scale_inv, where)
+        cached = (prepare_experts(module.gate_up_proj.detach(), module.gate_up_proj_scale_inv.detach()),
+                  prepare_experts(module.down_proj.detach(), module.down_proj_scale_inv.detach()))  # fmt: skip
+        module._fp8quant_weights = cached
+    return cached
+
+
+def experts_forward(
+    self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """The ``"fp8quant"`` experts implementation of ``FP8Experts``: :func:`fp8quant.moe_layer`
+    (routing, dispatch + quantize, grouped GEMM, SiLU-and-mul + quantize, grouped GEMM, combine)
+    on ``hidden_states [T, H]`` and the router's ``top_k_index`` / ``top_k_weights [T, k]``."""
+    w13, w2 = _experts_weights(self)
+    x = hidden_states.to(torch.bfloat16)
+    out = moe_layer(x, top_k_index, top_k_weights.float(), w13, w2)
+    return out.to(hidden_states.dtype)
+
+
+def _rows(a: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, output_dtype: torch.dtype) -> torch.Tensor:
+    """``a [M, K]`` against the fp8 ``weight [N, K]`` and its block scales, by :func:`fp8quant.linear`
+    (the weight prepared on each call)."""
+    return linear(a, (weight, scale), out_dtype=output_dtype)
+
+
+def seam_matmul(input, weight, weight_scale_inv, block_size, output_dtype=None, activation_scale=None):
+    """``FineGrainedFP8.matmul``: ``input [..., K]`` against the fp8 ``weight [N, K]``."""
+    _check_block(block_size, "FineGrainedFP8.matmul")
+    if activation_scale is not None:
+        _check_dynamic("static", "FineGrainedFP8.matmul")
+    _check_scale(weight_scale_inv, "FineGrainedFP8.matmul")
+    return _rows(input, weight, weight_scale_inv, output_dtype or input.dtype)
+
+
+def seam_batched_matmul(input, weight, weight_scale_inv, block_size=None, expert_ids=None):
+    """``FineGrainedFP8.batched_matmul``: row s of ``input [S, K]`` against expert
+    ``expert_ids[s]`` of ``weight [E, N, K]``; rows of other ids (expert parallelism's
+    sentinels) are left 0."""
+    _check_block(block_size, "FineGrainedFP8.batched_matmul")
+    out = input.new_zeros(input.shape[0], weight.shape[1])
+    for e in torch.unique(expert_ids).tolist():
+        if 0 <= e < weight.shape[0]:
+            rows = (expert_ids == e).nonzero(as_tuple=True)[0]
+            out[rows] = _rows(input[rows], weight[e], weight_scale_inv[e], input.dtype)
+    return out
+
+
+def seam_grouped_matmul(input, weight, weight_scale_inv, offsets=None, tokens_per_expert=None, block_size=None):
+    """``FineGrainedFP8.grouped_matmul``: ``input [S, K]`` sorted by expert, expert e's rows ending
+    at ``offsets[e]`` (an inclusive cumulative sum); rows past ``offsets[-1]`` are left 0."""
+    _check_block(block_size, "FineGrainedFP8.grouped_matmul")
+    out = input.new_zeros(input.shape[0], weight.shape[1])
+    begin = 0
+    for e, end in enumerate(offsets.tolist()):
+        if end > begin:
+            out[begin:end] = _rows(input[begin:end], weight[e], weight_scale_inv[e], input.dtype)
+        begin = end
+    return out
+
+
+def enable(model: nn.Module, *, backend: str = "auto") -> nn.Module:
+    """Run a FineGrainedFP8 model's FP8 matmuls on fp8quant, offline, in place: every
+    ``FP8Linear`` is replaced by an :class:`FP8QuantLinear` (weights prepared once for
+    ``backend``, :func:`fp8quant.select_backend`'s choice by default), the experts run the
+    ``"fp8quant"`` experts implementation (:func:`experts_forward`), and transformers' kernel seam
+    (``FineGrainedFP8``, process-wide: every FineGrainedFP8 model of the process) is set to
+    fp8quant's matmuls for any other FP8 path. Call it after the model is on its device. Returns
+    the model."""
+    fg = finegrained_fp8()
+    fg._FINEGRAINED_FP8 = fg.FineGrainedFP8(matmul=seam_matmul, batched_matmul=seam_batched_matmul,
+                                            grouped_matmul=seam_grouped_matmul)  # fmt: skip
+    fg.FP8ExpertsInterface.register(EXPERTS_IMPLEMENTATION, experts_forward)
+    experts = False
+    for name, module in list(model.named_modules()):
+        if isinstance(module, fg.FP8Linear) and module.weight.element_size() == 1:
+            model.set_submodule(name, FP8QuantLinear.from_fp8_linear(module, backend, name))
+        elif isinstance(module, fg.FP8Experts):
+            _experts_weights(module)  # checked and prepared now, not in the first forward
+            experts = True
+    if experts:
+        model.set_experts_implementation(EXPERTS_IMPLEMENTATION)
+    return model
