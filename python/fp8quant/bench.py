@@ -69,7 +69,7 @@ RUNS_CPU = 3
 
 #: The options of ``python -m fp8quant bench`` besides the mode, --json and --markdown (every
 #: mode writes those), by attribute name.
-OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size", "baselines", "rotation_mib")
+OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size", "baselines", "rotation_mib", "layers")
 #: The modes, one a run (None: the default, per_token_group_quant), and the options each takes:
 #: main() refuses any other, and --help prints this table.
 MODE_OPTIONS = {
@@ -79,6 +79,7 @@ MODE_OPTIONS = {
     "gemm": ("m",),
     "moe": ("m", "k", "rotation_mib"),
     "norm": ("m", "k", "dtype", "rotation_mib"),
+    "model": ("quick", "m", "layers"),
 }
 CPU_OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size")  # the default mode without a GPU
 
@@ -503,9 +504,12 @@ replaces. One mode a run:
   --gemm           the block-scaled FP8 GEMMs fp8quant.linear runs, beside a bf16 matmul
   --moe            a DeepSeek-V3 MoE layer and its ops, beside the engines' Triton chain
   --norm           residual add + RMSNorm + group quantization, beside the unfused pair
+  --model NAME     a transformers model (deepseek-v3, qwen3-moe) in FP8 on fp8quant, beside
+                   bf16: prefill, decode steps, logits accuracy
 
 Without a CUDA GPU the default mode times the PyTorch reference (fp8quant.reference) on the
-CPU by wall clock, on a few small shapes; the other modes need the GPU."""
+CPU by wall clock, on a few small shapes; --model runs tiny dims there; the other modes need
+the GPU."""
 
 
 def flag(name: str | None) -> str:
@@ -553,6 +557,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "weight-read floor and the copy bandwidth",
     )
     mode.add_argument(
+        "--model",
+        choices=("deepseek-v3", "qwen3-moe"),
+        help="a transformers model of the real per-layer dims with random weights (--layers, default 4), FP8 on "
+        "fp8quant (fp8quant.integrations.transformers) against bf16: prefill at T from --m (default 512, 2048, "
+        "8192), decode steps at batch 1, 8, 64 (static cache, CUDA graphs), logits calc_diff beside the format's "
+        "floor; without a GPU, tiny dims on the CPU",
+    )
+    mode.add_argument(
         "--norm",
         action="store_true",
         help="residual add + RMSNorm + group quantization (rms_norm_quant, mn_tma scales; M from --m, default 1 to "
@@ -572,6 +584,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="M[,M...]",
         help="the first size of each shape: M (default mode, --norm; --host-overhead: one M, default 1), N "
         "(--weights), M of the GEMMs (--gemm), T tokens (--moe); default: each mode's own list",
+    )
+    shapes.add_argument(
+        "--layers",
+        type=int,
+        metavar="N",
+        help="decoder layers of --model (default 4: the first dense, the others MoE; 2 on the CPU)",
     )
     shapes.add_argument(
         "--k",
@@ -669,6 +687,12 @@ def main(args: argparse.Namespace) -> int:
         from .bench_host import run_host  # noqa: PLC0415 - it imports this module
 
         return run_host(args)
+    if mode == "model":
+        from .bench_model import run_model  # noqa: PLC0415
+
+        if args.layers is not None and args.layers < 2:
+            raise SystemExit(f"--layers must be >= 2 (the first layer is dense, the others MoE), got {args.layers}")
+        return run_model(args)
     return emit(run_cpu(args) if cpu else run_gpu(args), args)
 
 

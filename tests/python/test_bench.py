@@ -178,6 +178,24 @@ def test_cpu_run_takes_quick(tmp_path):
     ]
 
 
+def test_model_runs_tiny_dims_on_the_cpu(tmp_path):
+    """--model without a GPU: tiny dims, eager, every row and the accuracy line in the report."""
+    pytest.importorskip("transformers")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: --model builds the real dims there")
+    path = tmp_path / "model.json"
+    args = build_parser().parse_args(["bench", "--model", "qwen3-moe", "--quick", "--m", "16,32", "--json", str(path)])
+    assert args.run(args) == 0
+    report = json.loads(path.read_text())
+    assert report["device"] == "CPU (tiny dims)" and report["layers"] == 2
+    assert [r["measurement"] for r in report["results"]] == ["prefill T=16", "prefill T=32", "decode step, batch 1"]
+    assert all(r["bf16_ms"] > 0 and r["fp8quant_ms"] > 0 for r in report["results"])
+    assert 0 < report["calc_diff"]["fp8quant"] <= 1.1 * report["calc_diff"]["floor"]
+    args = build_parser().parse_args(["bench", "--model", "deepseek-v3", "--layers", "1"])
+    with pytest.raises(SystemExit, match=r"^--layers must be >= 2 \(the first layer is dense, the others MoE\), got 1$"):
+        args.run(args)
+
+
 def test_gpu_options_are_refused_on_the_cpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the options apply")
