@@ -198,3 +198,35 @@ def test_refusals(monkeypatch):
     monkeypatch.delattr(finegrained_fp8, "FineGrainedFP8")
     with pytest.raises(RuntimeError, match=r"lacks the FineGrainedFP8 names .*\(FineGrainedFP8\); tested with transformers 5\.17$"):
         fqt.enable(model)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@torch.no_grad()
+def test_fused_norms(arch):
+    """enable() fuses the RMSNorms that only FP8 linears read (one rms_norm_quant for all of them):
+    the attention input norms, DeepSeek-V3's q_a norm and the dense layer's post-attention norm,
+    not the MoE layer's (its router and experts read bf16) nor kv_a_layernorm (the KV cache
+    reads it). The quantized rows are those of the model's own norm, quantized; the logits move
+    by the norms' last-bit differences only."""
+    bf16 = tiny_model(arch)
+    unfused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)), fuse_norms=False)
+    fused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)))
+    names = sorted(n for n, m in fused.named_modules() if isinstance(m, fqt.FP8QuantRMSNorm))
+    want = ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm", "model.layers.1.input_layernorm"]
+    if arch == "deepseek_v3":
+        want += ["model.layers.0.self_attn.q_a_layernorm", "model.layers.1.self_attn.q_a_layernorm"]
+    assert names == sorted(want)
+    gen = torch.Generator().manual_seed(6)
+    for name in names:
+        norm, ref_norm = fused.get_submodule(name), unfused.get_submodule(name)
+        x = torch.randn(3, 11, norm.weight.shape[0], generator=gen).to(torch.bfloat16)
+        got = norm(x)
+        assert isinstance(got, fqt.QuantizedHidden) and got.shape == x.shape and got.dtype == x.dtype
+        ref = fp8quant.reference.per_token_group_quant(ref_norm(x).reshape(-1, x.shape[-1]), 128,
+                                                       scale_layout=norm.format.scale_layout, ue8m0=norm.format.ue8m0)  # fmt: skip
+        same = (got.activation.q.view(torch.uint8) == ref[0].view(torch.uint8)).float().mean().item()
+        assert same > 0.999, f"{name}: {same:.5f} of the bytes as the model's norm then the quantizer"
+        with pytest.raises(RuntimeError, match="read by something other than the FP8 linears"):
+            got + 1
+    ids = torch.randint(0, VOCAB, (2, 33), generator=gen)
+    assert calc_diff(fused(ids).logits.float(), unfused(ids).logits.float()) < 1e-4

@@ -16,8 +16,9 @@ before it quantizes: two roundings)::
 
 :func:`enable` runs every FP8 linear through :func:`fp8quant.linear` (weights prepared once for the
 backend), the routed experts through :func:`fp8quant.moe_layer` (the ``"fp8quant"`` experts
-implementation), and plugs fp8quant into transformers' kernel seam, so that any other FP8 matmul
-of the model runs on fp8quant too. Tested with transformers 5.17 (``TESTED_VERSIONS``); a
+implementation), the RMSNorms that only FP8 linears read through :func:`fp8quant.rms_norm_quant`
+(one quantized activation for all their readers), and plugs fp8quant into transformers' kernel
+seam, so that any other FP8 matmul of the model runs on fp8quant too. Tested with transformers 5.17 (``TESTED_VERSIONS``); a
 transformers without the seam gets a RuntimeError that says so.
 """
 
@@ -29,8 +30,9 @@ import torch
 from torch import nn
 
 from .. import reference
-from ..gemm import QuantizedWeight, linear, prepare_weight
+from ..gemm import QuantizedActivation, QuantizedWeight, linear, prepare_weight
 from ..moe_layer import ExpertWeights, moe_layer, prepare_experts
+from ..norm import rms_norm_quant
 from ..weights import per_block_quant
 
 TESTED_VERSIONS = ("5.17",)
@@ -206,11 +208,101 @@ class FP8QuantLinear(nn.Module):
         return cls(weight, bias, module.in_features, module.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = linear(x, self.weight, out_dtype=x.dtype)
+        if isinstance(x, QuantizedHidden):  # a fused norm's output: already quantized in this weight's format
+            y = linear(x.activation, self.weight, out_dtype=x.dtype).unflatten(0, x.shape[:-1])
+        else:
+            y = linear(x, self.weight, out_dtype=x.dtype)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.weight.recipe.name!r}"
+
+
+class QuantizedHidden(torch.Tensor):
+    """A normalized hidden state ``[..., H]`` that exists only quantized: ``activation``, its rows
+    ``[M, H]`` in one :class:`fp8quant.QuantizedActivation` format. The :class:`FP8QuantLinear`
+    modules it feeds read that; its shape, dtype and device are a tensor's, and any other use of
+    it raises (never a read of bytes that were not written)."""
+
+    activation: QuantizedActivation
+
+    @staticmethod
+    def __new__(cls, activation: QuantizedActivation, shape: torch.Size, dtype: torch.dtype) -> QuantizedHidden:
+        t = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=activation.q.device)
+        t.activation = activation
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError(
+            f"{func}: a normalized hidden state that fp8quant's enable(fuse_norms=True) quantized in the norm was read "
+            "by something other than the FP8 linears it found reading it; call enable(model, fuse_norms=False)"
+        )
+
+
+class FP8QuantRMSNorm(nn.Module):
+    """A model's RMSNorm whose every reader is an :class:`FP8QuantLinear` of one activation
+    format: :func:`fp8quant.rms_norm_quant` normalizes and quantizes in one pass and writes no
+    bf16 rows; the output is a :class:`QuantizedHidden`."""
+
+    def __init__(self, norm: nn.Module, fmt):
+        super().__init__()
+        self.weight = norm.weight
+        self.eps = float(norm.variance_epsilon)
+        self.format = fmt
+
+    def forward(self, x: torch.Tensor) -> QuantizedHidden:
+        f = self.format
+        q, s = rms_norm_quant(x.reshape(-1, x.shape[-1]), self.weight, self.eps, group_size=f.group_size,
+                              scale_layout=f.scale_layout, ue8m0=f.ue8m0)  # fmt: skip
+        return QuantizedHidden(QuantizedActivation(q, s, f), x.shape, x.dtype)
+
+
+# Per model type, each decoder layer's RMSNorms whose output only linears read, and those
+# linears (a dense MLP's gate and up; an MoE layer's post-attention norm also feeds its router and
+# experts in bf16, and DeepSeek-V3's kv_a_layernorm output goes to the KV cache)
+FUSED_NORMS = {
+    "deepseek_v3": {
+        "input_layernorm": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
+        "self_attn.q_a_layernorm": ("self_attn.q_b_proj",),
+        "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj"),
+    },
+    "qwen3_moe": {
+        "input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+        "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj"),
+    },
+}
+
+
+def fuse_rms_norms(model: nn.Module) -> list[str]:
+    """Replace each RMSNorm of ``FUSED_NORMS`` (in the decoder layers, ``*.layers.<i>``) whose
+    readers are all :class:`FP8QuantLinear` of one activation format by an
+    :class:`FP8QuantRMSNorm`; returns the names replaced."""
+    table = FUSED_NORMS.get(getattr(model.config, "model_type", None), {})
+    fused = []
+    for name, layer in list(model.named_modules()):
+        parent, _, index = name.rpartition(".")
+        if not (parent.endswith("layers") and index.isdigit()):
+            continue
+        for norm_name, readers in table.items():
+            norm = _submodule(layer, norm_name)
+            linears = [_submodule(layer, r) for r in readers]
+            if norm is None or not hasattr(norm, "variance_epsilon") or not all(isinstance(m, FP8QuantLinear) for m in linears):
+                continue
+            formats = {m.weight.recipe.activation for m in linears}
+            if len(formats) == 1 and norm.weight.dtype in (torch.bfloat16, torch.float16):
+                layer.set_submodule(norm_name, FP8QuantRMSNorm(norm, formats.pop()))
+                fused.append(f"{name}.{norm_name}")
+    return fused
+
+
+def _submodule(module: nn.Module, path: str) -> nn.Module | None:
+    try:
+        return module.get_submodule(path)
+    except AttributeError:
+        return None
 
 
 def _experts_weights(module: nn.Module) -> tuple[ExpertWeights, ExpertWeights]:
@@ -286,14 +378,17 @@ def seam_grouped_matmul(input, weight, weight_scale_inv, offsets=None, tokens_pe
     return out
 
 
-def enable(model: nn.Module, *, backend: str = "auto") -> nn.Module:
+def enable(model: nn.Module, *, backend: str = "auto", fuse_norms: bool = True) -> nn.Module:
     """Run a FineGrainedFP8 model's FP8 matmuls on fp8quant, offline, in place: every
     ``FP8Linear`` is replaced by an :class:`FP8QuantLinear` (weights prepared once for
     ``backend``, :func:`fp8quant.select_backend`'s choice by default), the experts run the
     ``"fp8quant"`` experts implementation (:func:`experts_forward`), and transformers' kernel seam
     (``FineGrainedFP8``, process-wide: every FineGrainedFP8 model of the process) is set to
-    fp8quant's matmuls for any other FP8 path. Call it after the model is on its device. Returns
-    the model."""
+    fp8quant's matmuls for any other FP8 path. With ``fuse_norms``, the RMSNorms whose readers
+    are all FP8 linears of one format (``FUSED_NORMS``: DeepSeek-V3's and Qwen3-MoE's attention
+    input norms, DeepSeek-V3's q_a norm, the dense layers' post-attention norms)
+    normalize and quantize in one kernel, once for all their readers. Call it after the model
+    is on its device. Returns the model."""
     fg = finegrained_fp8()
     fg._FINEGRAINED_FP8 = fg.FineGrainedFP8(matmul=seam_matmul, batched_matmul=seam_batched_matmul,
                                             grouped_matmul=seam_grouped_matmul)  # fmt: skip
@@ -307,4 +402,6 @@ def enable(model: nn.Module, *, backend: str = "auto") -> nn.Module:
             experts = True
     if experts:
         model.set_experts_implementation(EXPERTS_IMPLEMENTATION)
+    if fuse_norms:
+        fuse_rms_norms(model)
     return model
