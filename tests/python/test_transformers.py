@@ -190,6 +190,8 @@ def test_refusals(monkeypatch):
     proj.block_size = (64, 64)
     with pytest.raises(NotImplementedError, match=r"^model.layers.0.self_attn.q_proj: fp8quant runs 128 x 128"):
         fqt.enable(model)
+    with pytest.raises(ValueError, match=r"^moe_backend must be one of .*, got 'cutlass'$"):
+        fqt.enable(model, moe_backend="cutlass")
     proj.block_size, proj.activation_scheme = (128, 128), "static"
     with pytest.raises(NotImplementedError, match=r"activation_scheme='dynamic'\), got 'static'$"):
         fqt.enable(model)

@@ -37,6 +37,7 @@ from ..weights import per_block_quant
 
 TESTED_VERSIONS = ("5.17",)
 EXPERTS_IMPLEMENTATION = "fp8quant"
+MOE_BACKENDS = ("auto", "deep_gemm", "triton", "reference")
 BLOCK = (128, 128)
 _SEAM = ("FineGrainedFP8", "FP8Linear", "FP8Experts", "FP8ExpertsInterface", "replace_with_fp8_linear")
 
@@ -333,7 +334,7 @@ def experts_forward(
     on ``hidden_states [T, H]`` and the router's ``top_k_index`` / ``top_k_weights [T, k]``."""
     w13, w2 = _experts_weights(self)
     x = hidden_states.to(torch.bfloat16)
-    out = moe_layer(x, top_k_index, top_k_weights.float(), w13, w2)
+    out = moe_layer(x, top_k_index, top_k_weights.float(), w13, w2, backend=getattr(self, "_fp8quant_moe_backend", "auto"))
     return out.to(hidden_states.dtype)
 
 
@@ -378,17 +379,20 @@ def seam_grouped_matmul(input, weight, weight_scale_inv, offsets=None, tokens_pe
     return out
 
 
-def enable(model: nn.Module, *, backend: str = "auto", fuse_norms: bool = True) -> nn.Module:
+def enable(model: nn.Module, *, backend: str = "auto", moe_backend: str = "auto", fuse_norms: bool = True) -> nn.Module:
     """Run a FineGrainedFP8 model's FP8 matmuls on fp8quant, offline, in place: every
     ``FP8Linear`` is replaced by an :class:`FP8QuantLinear` (weights prepared once for
     ``backend``, :func:`fp8quant.select_backend`'s choice by default), the experts run the
-    ``"fp8quant"`` experts implementation (:func:`experts_forward`), and transformers' kernel seam
+    ``"fp8quant"`` experts implementation (:func:`experts_forward`: :func:`fp8quant.moe_layer`
+    with ``moe_backend``, ``"auto"``, ``"deep_gemm"``, ``"triton"`` or ``"reference"``), and transformers' kernel seam
     (``FineGrainedFP8``, process-wide: every FineGrainedFP8 model of the process) is set to
     fp8quant's matmuls for any other FP8 path. With ``fuse_norms``, the RMSNorms whose readers
     are all FP8 linears of one format (``FUSED_NORMS``: DeepSeek-V3's and Qwen3-MoE's attention
     input norms, DeepSeek-V3's q_a norm, the dense layers' post-attention norms)
     normalize and quantize in one kernel, once for all their readers. Call it after the model
     is on its device. Returns the model."""
+    if moe_backend not in MOE_BACKENDS:
+        raise ValueError(f"moe_backend must be one of {MOE_BACKENDS} (fp8quant.moe_layer's), got {moe_backend!r}")
     fg = finegrained_fp8()
     fg._FINEGRAINED_FP8 = fg.FineGrainedFP8(matmul=seam_matmul, batched_matmul=seam_batched_matmul,
                                             grouped_matmul=seam_grouped_matmul)  # fmt: skip
@@ -399,6 +403,7 @@ def enable(model: nn.Module, *, backend: str = "auto", fuse_norms: bool = True) 
             model.set_submodule(name, FP8QuantLinear.from_fp8_linear(module, backend, name))
         elif isinstance(module, fg.FP8Experts):
             _experts_weights(module)  # checked and prepared now, not in the first forward
+            module._fp8quant_moe_backend = moe_backend
             experts = True
     if experts:
         model.set_experts_implementation(EXPERTS_IMPLEMENTATION)
