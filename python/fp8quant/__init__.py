@@ -20,6 +20,7 @@ from .quant import per_token_group_quant
 from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
 from .norm import rms_norm, rms_norm_quant
+from .routing import MoeRouting
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .weights import per_block_quant, requantize_ue8m0
 from .gemm import (
@@ -41,6 +42,7 @@ __all__ = [
     "FormatMismatchError",
     "MoELayer",
     "MoeBounds",
+    "MoeRouting",
     "QuantizedActivation",
     "QuantizedWeight",
     "RECIPES",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .layouts import check_scale_layout
+from .layouts import ScaleSpec, check_scale_layout, scale_spec
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 GROUP_SIZES = (32, 64, 128)
@@ -145,3 +145,50 @@ def check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual:
     for name, t in (("weight", weight), ("residual", residual)):
         if t is not None and t.device != x.device:
             raise ValueError(f"{name} is on {t.device}, x on {x.device}: all tensors must be on one device")
+
+
+# --- scale transforms' operands ---------------------------------------------------------------
+
+
+def check_scale_tensor(
+    scale: torch.Tensor, layout: str, dtype: torch.dtype, cols: int | None = None, name: str = "scale"
+) -> ScaleSpec:
+    """``scale`` (the argument ``name``) has ``dtype`` and the shape and strides of ``layout`` (its
+    own column count, or ``cols`` groups for a packed tensor); returns its geometry."""
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype} for layout {layout!r}, got {scale.dtype}")
+    if scale.dim() < 2:
+        raise ValueError(f"{name} must be [*, M, G], got shape {tuple(scale.shape)}")
+    spec = scale_spec(layout, scale.shape[-2], scale.shape[-1] if cols is None else cols, tuple(scale.shape[:-2]))
+    if tuple(scale.shape) != spec.shape or any(
+        n > 1 and st != want for n, st, want in zip(spec.shape, scale.stride(), spec.stride)
+    ):
+        raise ValueError(
+            f"{name} must have shape {spec.shape} and strides {spec.stride} for layout {layout!r}, "
+            f"got {tuple(scale.shape)} and {tuple(scale.stride())}"
+        )
+    return spec
+
+
+def check_packed_tensor(packed: torch.Tensor, num_groups: int) -> None:
+    """``packed`` is packed_ue8m0 words ``[*, M, ceil(num_groups / 4)]`` with that layout's strides."""
+    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
+        raise ValueError(f"num_groups must be an int >= 1, got {num_groups!r}")
+    if isinstance(packed, torch.Tensor) and packed.dim() >= 2 and packed.shape[-1] != -(-num_groups // 4):
+        raise ValueError(f"packed has {packed.shape[-1]} words a row; {num_groups} groups need {-(-num_groups // 4)}")
+    check_scale_tensor(packed, "packed_ue8m0", torch.int32, cols=num_groups, name="packed")
+
+
+def check_weight_scale_args(w_scale: torch.Tensor, n: int, block_n: int) -> None:
+    """``w_scale`` is contiguous float32 ``[*, ceil(n / block_n), kb]`` with kb >= 1."""
+    if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or w_scale.dim() < 2:
+        raise TypeError("w_scale must be a float32 tensor [*, ceil(N / block_n), ceil(K / block_k)]")
+    if w_scale.shape[-1] < 1 or not w_scale.is_contiguous():
+        raise ValueError(f"w_scale must be contiguous with at least one column, got shape {tuple(w_scale.shape)} "
+                         f"and strides {tuple(w_scale.stride())}")  # fmt: skip
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 1:
+        raise ValueError(f"block_n must be a positive int, got {block_n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0 or -(-n // block_n) != w_scale.shape[-2]:
+        raise ValueError(f"n must be an int with ceil(n / block_n) == {w_scale.shape[-2]}, got {n!r}")

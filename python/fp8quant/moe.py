@@ -21,6 +21,7 @@ from ._checks import (
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
+from .routing import MoeRouting
 
 __all__ = ["MoeBounds", "moe_bounds", "moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
 
@@ -119,11 +120,11 @@ def moe_routing(
     max_m_sum: int | None = None,
     max_m: int | None = None,
     validate: bool | None = None,
-) -> reference.MoeRouting:
+) -> MoeRouting:
     """Routing metadata of ``topk_ids [T, k]`` for the local experts ``expert_offset ..
     expert_offset + num_experts - 1``: the contiguous layout (each expert's rows ``align``-aligned;
     ``m_indices``, ``row_token``, ``inv_perm``, ``row_offsets``) and, with ``max_m``, the masked
-    layout (``masked_row``); see :class:`fp8quant.reference.MoeRouting` and docs/contract.md.
+    layout (``masked_row``); see :class:`fp8quant.MoeRouting` and docs/contract.md.
 
     Args:
         topk_ids: int32 or int64 ``[T, k]``, contiguous; -1 (or any id outside the local range)
@@ -136,7 +137,7 @@ def moe_routing(
             message). ``None`` (default): only without ``max_m_sum``, where the call synchronizes
             anyway (to compute M_sum; the check adds one more read); otherwise the kernel's
             status stays on the device in
-            ``routing.status`` and :meth:`~fp8quant.reference.MoeRouting.check` reads it when
+            ``routing.status`` and :meth:`~fp8quant.MoeRouting.check` reads it when
             the caller chooses. ``True``: read it now (skipped while tracing or capturing);
             ``False``: never. The kernels never write past the bounds: slots that do not fit
             get row -1.
@@ -157,7 +158,7 @@ def moe_routing(
     counts, row_offsets, m_indices, row_token, inv_perm, masked_row, status = _routing(
         topk_ids, num_experts, expert_offset, align, rows, max_m or 0
     )
-    routing = reference.MoeRouting(
+    routing = MoeRouting(
         counts, row_offsets, m_indices, row_token, inv_perm, masked_row if max_m else None, status, max_m
     )
     if validate is None:
@@ -418,7 +419,7 @@ _dispatch = Op(
 
 def moe_dispatch_quant(
     x: torch.Tensor,
-    routing: reference.MoeRouting,
+    routing: MoeRouting,
     group_size: int = 128,
     *,
     layout: str = "contiguous",
@@ -460,7 +461,7 @@ def moe_dispatch_quant(
         raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a positive multiple of group_size ({group_size})")
     if x.numel() > 0 and x.stride(-1) != 1:
         raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
-    if not isinstance(routing, reference.MoeRouting):
+    if not isinstance(routing, MoeRouting):
         raise TypeError("routing must be fp8quant.moe_routing's result (a MoeRouting)")
     if layout == "masked" and (isinstance(max_m, bool) or not isinstance(max_m, int) or max_m < 1):
         raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")

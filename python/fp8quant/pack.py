@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from ._checks import check_packed_tensor, check_scale_tensor, check_weight_scale_args
 from ._ext import LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
@@ -117,7 +118,7 @@ def convert_scales(scale: torch.Tensor, from_layout: str, to_layout: str) -> tor
     """
     _check_fp32_layout(from_layout, "from_layout")
     _check_fp32_layout(to_layout, "to_layout")
-    reference.check_scale_tensor(scale, from_layout, torch.float32)
+    check_scale_tensor(scale, from_layout, torch.float32)
     (out,) = _convert(scale, from_layout, to_layout)
     return out
 
@@ -169,7 +170,7 @@ def pack_ue8m0(scale: torch.Tensor, from_layout: str = "mn_tma", *, validate: bo
         the UE8M0 byte of group ``4p + j``; padding bytes and rows are 0.
     """
     _check_fp32_layout(from_layout, "from_layout")
-    reference.check_scale_tensor(scale, from_layout, torch.float32)
+    check_scale_tensor(scale, from_layout, torch.float32)
     packed, flag = _pack(scale, from_layout)
     if validate:
         _raise_if_invalid(flag, tuple(scale.shape), _not_packable(scale, "scale"))
@@ -206,7 +207,7 @@ def unpack_ue8m0(
     in ``to_layout`` (byte 0 is 2^-127, a float32 subnormal). With ``validate``, the UE8M0 NaN
     byte 0xFF raises ``ValueError`` naming the group."""
     _check_fp32_layout(to_layout, "to_layout")
-    reference.check_packed_tensor(packed, num_groups)
+    check_packed_tensor(packed, num_groups)
     scale, flag = _unpack(packed, num_groups, to_layout)
     if validate:
         _raise_if_invalid(
@@ -255,7 +256,7 @@ def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128, *, va
         int32 ``[*, N, ceil(kb/4)]``, strides ``(1, align(N, 4))``: row ``n`` holds the packed
         UE8M0 bytes of block row ``n // block_n``.
     """
-    reference.check_weight_scale_args(w_scale, n, block_n)
+    check_weight_scale_args(w_scale, n, block_n)
     packed, flag = _sm100(w_scale, n, block_n)
     if validate:
         _raise_if_invalid(flag, tuple(w_scale.shape), _not_packable(w_scale, "w_scale"))
