@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import fp8quant
-from fp8quant.bench import format_name
+from fp8quant.bench.quant import format_name
 
 NO_DEVICE, UNSUPPORTED_DEVICE = 2, 3
 K = 7168

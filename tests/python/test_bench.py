@@ -10,6 +10,7 @@ import torch
 
 import fp8quant
 from fp8quant import bench
+from fp8quant.bench import quant as bench_quant, timing
 from fp8quant.__main__ import build_parser
 
 
@@ -47,13 +48,13 @@ def test_k_must_hold_whole_groups():
 
 
 def test_m_picks_the_shapes():
-    assert bench.bench_shapes(False, [1, 4096], 2048) == [(1, 2048), (4096, 2048)]
-    assert bench.bench_shapes(True)[0] == (1, bench.K_MAIN)
+    assert timing.bench_shapes(False, [1, 4096], 2048) == [(1, 2048), (4096, 2048)]
+    assert timing.bench_shapes(True)[0] == (1, timing.K_MAIN)
 
 
 def test_method_names_the_buffers_it_timed():
-    assert "at least 256 MiB in all" in bench.method_text(256)
-    l2 = bench.method_text(0)
+    assert "at least 256 MiB in all" in timing.method_text(256)
+    l2 = timing.method_text(0)
     assert "one buffer set" in l2 and "L2" in l2 and "MiB" not in l2
 
 
@@ -76,14 +77,14 @@ def test_gpu_modes_need_a_gpu(mode, message):
 
 def test_report_names_its_op_rows_and_granularity():
     """The weights bench reports N rows and 128 x 128 blocks; the default stays the quantizer's."""
-    weights = bench.Report("GPU", "bf16", 128, "method", 4000.0, op="per_block_quant", rows="N",
+    weights = timing.Report("GPU", "bf16", 128, "method", 4000.0, op="per_block_quant", rows="N",
                            granularity="128 x 128 blocks")  # fmt: skip
-    weights.results.append(bench.Result(4096, 7168, "per_block_quant", 20.0, 88_080_384, 2, 100))
+    weights.results.append(timing.Result(4096, 7168, "per_block_quant", 20.0, 88_080_384, 2, 100))
     assert weights.table().split("\n")[0].split()[:2] == ["N", "K"]
     md = weights.markdown()
     assert md.startswith("### per_block_quant: GPU, bf16 input, 128 x 128 blocks\n") and "| N | K |" in md
-    default = bench.Report("GPU", "bf16", 64, "method", 4000.0)
-    default.results.append(bench.Result(1, 7168, "row", 1.0, 100, 1, 1))
+    default = timing.Report("GPU", "bf16", 64, "method", 4000.0)
+    default.results.append(timing.Result(1, 7168, "row", 1.0, 100, 1, 1))
     assert default.markdown().startswith("### per_token_group_quant: GPU, bf16 input, group size 64\n")
     assert "| M | K |" in default.markdown()
 
@@ -143,13 +144,13 @@ def test_help_describes_every_mode_and_option():
 
 
 def test_k_alone_keeps_the_default_m():
-    assert bench.bench_shapes(False, None, 2048) == [(m, 2048) for m in bench.M_MAIN]
-    assert bench.bench_shapes(True, None, 2048) == [(m, 2048) for m in bench.M_QUICK]
-    assert bench.cpu_shapes(True) == [(m, bench.K_MAIN) for m in bench.M_CPU_QUICK]
-    assert bench.cpu_shapes(False, [3], 256) == [(3, 256)]
-    from fp8quant.bench_weights import SHAPES, weight_shapes  # noqa: PLC0415
+    assert timing.bench_shapes(False, None, 2048) == [(m, 2048) for m in timing.M_MAIN]
+    assert timing.bench_shapes(True, None, 2048) == [(m, 2048) for m in timing.M_QUICK]
+    assert bench_quant.cpu_shapes(True) == [(m, timing.K_MAIN) for m in bench_quant.M_CPU_QUICK]
+    assert bench_quant.cpu_shapes(False, [3], 256) == [(3, 256)]
+    from fp8quant.bench.weights import SHAPES, weight_shapes  # noqa: PLC0415
 
-    assert weight_shapes() == list(SHAPES) and weight_shapes([256], None) == [(256, bench.K_MAIN)]
+    assert weight_shapes() == list(SHAPES) and weight_shapes([256], None) == [(256, timing.K_MAIN)]
     assert weight_shapes(None, 4096) == [(4096, 4096), (7168, 4096), (18432, 4096), (24576, 4096), (32768, 4096)]
 
 
@@ -174,7 +175,7 @@ def test_cpu_run_takes_m_k_and_formats(tmp_path):
 def test_cpu_run_takes_quick(tmp_path):
     report = cpu_report(tmp_path, "--quick", "--k", "256")
     assert [(r["m"], r["k"], r["name"]) for r in report["results"]] == [
-        (m, 256, name) for m in bench.M_CPU_QUICK for name in bench.LAYOUTS_CPU
+        (m, 256, name) for m in bench_quant.M_CPU_QUICK for name in bench_quant.LAYOUTS_CPU
     ]
 
 

@@ -1,4 +1,4 @@
-"""fp8quant.bench_engines, the engines' Triton chain around DeepGEMM's grouped GEMMs: each kernel
+"""fp8quant.bench.engines, the engines' Triton chain around DeepGEMM's grouped GEMMs: each kernel
 against fp8quant's reference (quantization codes within one step where division rounds
 differently, scales within 1 ulp; the layouts' invariants for the scatters, whose row order
 comes from atomics; SiLU + quant and gather within their tolerances), CUDA-graph capture, and the
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import fp8quant
-from fp8quant import bench_engines as BE
+from fp8quant.bench import engines as BE
 from fp8quant import reference as R
 from fp8quant.moe_layer import moe_layer_bf16
 from fp8quant.layouts import align
@@ -32,8 +32,8 @@ def test_imports_and_refuses_without_triton(monkeypatch):
     RuntimeError naming Triton before it looks at its arguments."""
     monkeypatch.setitem(sys.modules, "triton", None)
     monkeypatch.setitem(sys.modules, "triton.language", None)
-    path = Path(fp8quant.__file__).with_name("bench_engines.py")
-    spec = importlib.util.spec_from_file_location("fp8quant._bench_engines_without_triton", path)
+    path = Path(fp8quant.__file__).parent / "bench" / "engines.py"
+    spec = importlib.util.spec_from_file_location("fp8quant.bench._engines_without_triton", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.triton is None
@@ -53,7 +53,7 @@ def test_imports_and_refuses_without_triton(monkeypatch):
         "engine_layer": lambda: mod.engine_layer(x, ids, w, weight, weight),
     }
     for name, call in calls.items():
-        with pytest.raises(RuntimeError, match=r"^fp8quant\.bench_engines needs Triton \(import triton failed\)"):
+        with pytest.raises(RuntimeError, match=r"^fp8quant\.bench\.engines needs Triton \(import triton failed\)"):
             call()
         assert name in mod.__all__
     # The default bounds are plain arithmetic

@@ -899,7 +899,7 @@ def test_gemm_bench_needs_a_gpu():
 
 
 def test_gemm_bench_arithmetic():
-    from fp8quant import bench_gemm  # noqa: PLC0415
+    from fp8quant.bench import gemm as bench_gemm  # noqa: PLC0415
 
     assert bench_gemm.fp8_bytes(4, 256, 7168) == 4 * 7168 + 256 * 7168 + 4 * (4 * 56 + 2 * 56) + 2 * 4 * 256
     four = bench_gemm.fp8_bytes(4, 256, 7168)

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from fp8quant.gemm import _have_deep_gemm, calc_diff  # noqa: E402
 from fp8quant.integrations import transformers as fqt  # noqa: E402
-from fp8quant.bench_model import build, model_config  # noqa: E402
+from fp8quant.bench.model import build, model_config  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from .gemm import calc_diff
+from ..gemm import calc_diff
 
 MODELS = ("deepseek-v3", "qwen3-moe")
 PREFILL_T = (512, 2048, 8192)
@@ -70,7 +70,7 @@ def build(name: str, layers: int, device: torch.device, tiny: bool):
     """(bf16 model, its format floor, the same weights in FP8 on fp8quant), random weights."""
     import transformers  # noqa: PLC0415
 
-    from .integrations import transformers as fp8quant_tf  # noqa: PLC0415
+    from ..integrations import transformers as fp8quant_tf  # noqa: PLC0415
 
     config = model_config(name, layers, tiny)
     cls = transformers.DeepseekV3ForCausalLM if name == "deepseek-v3" else transformers.Qwen3MoeForCausalLM

@@ -7,7 +7,7 @@ Per (N, K) shape and M (``--m`` picks the M values), for ``torch._scaled_mm`` (S
 and ``torch.mm`` of the bf16 operands as the baseline:
 
 - device time of the GEMM alone, as the other modes time: a CUDA graph of N calls (about 1 ms of
-  work, 20 to 2048 calls), median of 10 replays (``bench.time_graph``);
+  work, 20 to 2048 calls), median of 10 replays (``timing.time_graph``);
 - TFLOPS (2 M N K) and GB/s (A and W read, their scales read, the bf16 output written; the
   activation scales as allocated, rows padded to 4);
 - calc_diff (SPEC.md section 4) against the bf16 product;
@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import __version__, bench, gemm
-from .bench_weights import SHAPES
-from .layouts import align, empty_scale
-from .quant import per_token_group_quant
-from .recipes import Recipe, recipe
+from .. import __version__, gemm
+from ..layouts import align, empty_scale
+from ..quant import per_token_group_quant
+from ..recipes import Recipe, recipe
+from . import timing
+from .weights import SHAPES
 
 __all__ = ["M_VALUES", "SHAPES", "GemmResult", "bf16_bytes", "fp8_bytes", "run_gemm"]
 
@@ -117,19 +118,19 @@ def markdown(results: list[GemmResult], device: str, method: str) -> str:
 
 
 def graph_calls(call: Callable[[], object]) -> int:
-    """Calls per CUDA graph for about bench.GRAPH_TARGET_US of work, from three timed eager calls
+    """Calls per CUDA graph for about timing.GRAPH_TARGET_US of work, from three timed eager calls
     (after the warm-up calls, which also take DeepGEMM's and cuBLASLt's first-call costs)."""
-    for _ in range(bench.WARMUP_CALLS):
+    for _ in range(timing.WARMUP_CALLS):
         call()
     torch.cuda.synchronize()
-    us = bench._event_ms(lambda: [call() for _ in range(3)]) * 1e3 / 3
-    return bench.graph_calls(1, max(us, bench.CALL_FLOOR_US))
+    us = timing._event_ms(lambda: [call() for _ in range(3)]) * 1e3 / 3
+    return timing.graph_calls(1, max(us, timing.CALL_FLOOR_US))
 
 
 def timed(call: Callable[[], object]) -> tuple[float, int]:
     """(median µs per call in a CUDA graph, calls per graph)."""
     calls = graph_calls(call)
-    return bench.time_graph(lambda i: call(), 1, calls), calls
+    return timing.time_graph(lambda i: call(), 1, calls), calls
 
 
 def operands(x: torch.Tensor, w: gemm.QuantizedWeight) -> tuple[Callable[[], object], Callable[[], torch.Tensor]]:
@@ -169,11 +170,11 @@ def gemm_recipes(arch: int) -> list[Recipe]:
 
 def time_shape(n: int, k: int, ms: list[int], recipes: list[Recipe], device: torch.device) -> list[GemmResult]:
     """Every M on one weight: the bf16 baseline, then each backend with its quantization."""
-    w = bench.random_input(n, k, torch.bfloat16, device)
+    w = timing.random_input(n, k, torch.bfloat16, device)
     prepared = [gemm.prepare_weight(w, r) for r in recipes]
     results = []
     for m in ms:
-        x = bench.random_input(m, k, torch.bfloat16, device)
+        x = timing.random_input(m, k, torch.bfloat16, device)
         ref = torch.empty((m, n), dtype=torch.bfloat16, device=device)
         us, calls = timed(lambda: torch.mm(x, w.t(), out=ref))
         results.append(GemmResult(m, n, k, BASELINE, us, bf16_bytes(m, n, k), calls))
@@ -188,7 +189,7 @@ def time_shape(n: int, k: int, ms: list[int], recipes: list[Recipe], device: tor
                 quant_us[name] = timed(quant)[0]
             results.append(GemmResult(m, n, k, wq.recipe.backend, us, fp8_bytes(m, n, k), calls, diff, quant_us[name]))
         timed_now = results[-1 - len(prepared) :]
-        bench.progress(f"  M={m}: " + ", ".join(f"{r.backend} {r.time_us:.1f} µs" for r in timed_now))
+        timing.progress(f"  M={m}: " + ", ".join(f"{r.backend} {r.time_us:.1f} µs" for r in timed_now))
     return results
 
 
@@ -205,12 +206,12 @@ def run_gemm(args) -> int:
     ms = args.m or list(M_VALUES)
     results: list[GemmResult] = []
     for index, (n, k) in enumerate(SHAPES, 1):
-        bench.progress(f"[{index}/{len(SHAPES)}] N={n} K={k}")
+        timing.progress(f"[{index}/{len(SHAPES)}] N={n} K={k}")
         results += time_shape(n, k, ms, recipes, device)
         torch.cuda.empty_cache()
     method = (
         f"Time per call: a CUDA graph of N calls on one weight per shape and one activation per M (no buffer "
-        f"rotation: weights up to about 40 MB can stay in L2 between calls), median of {bench.REPLAYS} replays."
+        f"rotation: weights up to about 40 MB can stay in L2 between calls), median of {timing.REPLAYS} replays."
     )
     print(table(results), flush=True)
     if args.json:
@@ -218,9 +219,9 @@ def run_gemm(args) -> int:
             rows = [{**asdict(r), "tflops": r.tflops, "gbps": r.gbps, "quant_share": r.quant_share} for r in results]
             json.dump({"fp8quant_version": __version__, "torch_version": torch.__version__, "device": name,
                        "method": method, "results": rows}, f, indent=2)  # fmt: skip
-        bench.progress(f"wrote {args.json}")
+        timing.progress(f"wrote {args.json}")
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(markdown(results, name, method))
-        bench.progress(f"wrote {args.markdown}")
+        timing.progress(f"wrote {args.markdown}")
     return 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import bench
-from .weights import per_block_quant, requantize_ue8m0
+from . import timing
+from ..weights import per_block_quant, requantize_ue8m0
 
 __all__ = ["SHAPES", "run_weights"]
 
@@ -19,17 +19,17 @@ __all__ = ["SHAPES", "run_weights"]
 SHAPES = ((4096, 7168), (7168, 18432), (18432, 7168), (24576, 1536), (32768, 512), (7168, 16384))
 
 
-def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
+def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[timing.Result]:
     """per_block_quant with fp32 and with UE8M0 scales, and torch's cast, on one buffer rotation."""
     device = torch.device("cuda", torch.cuda.current_device())
     scale_shape = (-(-n // 128), -(-k // 128))
     cast_bytes = n * k * (dtype.itemsize + 1)
     nbytes = cast_bytes + 4 * scale_shape[0] * scale_shape[1]
-    sets = bench.rotation_sets(nbytes, rotation_bytes)
-    ws = [bench.random_input(n, k, dtype, device) for _ in range(sets)]
+    sets = timing.rotation_sets(nbytes, rotation_bytes)
+    ws = [timing.random_input(n, k, dtype, device) for _ in range(sets)]
     qs = [torch.empty((n, k), dtype=torch.float8_e4m3fn, device=device) for _ in range(sets)]
     ss = [torch.empty(scale_shape, device=device) for _ in range(sets)]
-    calls = bench.graph_calls(sets, bench.estimated_call_us(nbytes, copy_gbps))
+    calls = timing.graph_calls(sets, timing.estimated_call_us(nbytes, copy_gbps))
     # requantize_ue8m0 reads an fp8 checkpoint weight and its scales, writes both again
     ckpt = [per_block_quant(w) for w in ws]
     requant_bytes = 2 * (n * k + 4 * scale_shape[0] * scale_shape[1])
@@ -39,22 +39,22 @@ def time_shape(n: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_by
         ("requantize_ue8m0", requant_bytes, lambda i: requantize_ue8m0(*ckpt[i], out=(qs[i], ss[i]))),
         ("torch cast", cast_bytes, lambda i: qs[i].copy_(ws[i])),
     )
-    return [bench.Result(n, k, name, bench.time_graph(call, sets, calls), moved, sets, calls)
+    return [timing.Result(n, k, name, timing.time_graph(call, sets, calls), moved, sets, calls)
             for name, moved, call in entries]  # fmt: skip
 
 
 def weight_shapes(ns: list[int] | None = None, k: int | None = None) -> list[tuple[int, int]]:
-    """The ``(N, K)`` shapes to time: ``ns`` (--m) at ``k`` (--k, default bench.K_MAIN); SHAPES'
+    """The ``(N, K)`` shapes to time: ``ns`` (--m) at ``k`` (--k, default timing.K_MAIN); SHAPES'
     N values at ``k`` with ``k`` alone; SHAPES without either."""
     if ns:
-        return [(n, k or bench.K_MAIN) for n in ns]
+        return [(n, k or timing.K_MAIN) for n in ns]
     if k is not None:
         return [(n, k) for n in dict.fromkeys(n for n, _ in SHAPES)]
     return list(SHAPES)
 
 
 def run_weights(args) -> int:
-    return bench.run_shapes(
+    return timing.run_shapes(
         args, weight_shapes(args.m, args.k if "k" in args.given else None), time_shape,
         refusal="--weights times the GPU kernel", labels=("N", "K"), op="per_block_quant", rows="N",
         granularity="128 x 128 blocks",

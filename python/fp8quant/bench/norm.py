@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from . import bench, reference
-from .layouts import scale_spec
-from .norm import rms_norm, rms_norm_quant
-from .quant import per_token_group_quant
+from .. import reference
+from ..layouts import scale_spec
+from ..norm import rms_norm, rms_norm_quant
+from ..quant import per_token_group_quant
+from . import timing
 
 __all__ = ["run_norm"]
 
@@ -36,7 +37,7 @@ def _compiled_reference():
     return _compiled_reference.fn
 
 
-def time_shape(m: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[bench.Result]:
+def time_shape(m: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int) -> list[timing.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(m)
     weight = (1 + 0.5 * torch.randn(h, generator=gen, device=device)).to(dtype)
@@ -51,23 +52,23 @@ def time_shape(m: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
         y, _ = rms_norm(s[0], weight, EPS, residual=s[1])
         return per_token_group_quant(y, 128, scale_layout=LAYOUT)
 
-    results = bench.fused_and_chain(
+    results = timing.fused_and_chain(
         m, h, ("rms_norm_quant", "pair"),
         lambda s: rms_norm_quant(s[0], weight, EPS, residual=s[1], scale_layout=LAYOUT), pair,
         make_set, nbytes, 2 * m * h * size, copy_gbps, rotation_bytes, 2,
     )  # fmt: skip
-    sets = [make_set() for _ in range(bench.rotation_sets(2 * m * h * size, rotation_bytes))]
+    sets = [make_set() for _ in range(timing.rotation_sets(2 * m * h * size, rotation_bytes))]
     fn = _compiled_reference()
-    calls = max(1, bench.graph_calls(len(sets), bench.estimated_call_us(nbytes, copy_gbps)) // 4)
-    us = bench.time_graph(lambda i: fn(sets[i][0], weight, sets[i][1]), len(sets), calls)
-    results.append(bench.Result(m, h, "compiled reference", us, nbytes, len(sets), calls))
+    calls = max(1, timing.graph_calls(len(sets), timing.estimated_call_us(nbytes, copy_gbps)) // 4)
+    us = timing.time_graph(lambda i: fn(sets[i][0], weight, sets[i][1]), len(sets), calls)
+    results.append(timing.Result(m, h, "compiled reference", us, nbytes, len(sets), calls))
     return results
 
 
 def run_norm(args) -> int:
     if args.dtype not in ("bf16", "fp16"):
         raise SystemExit(f"--norm times bf16 or fp16 input (the RMSNorm kernels' dtypes), got --dtype {args.dtype}")
-    return bench.run_shapes(
+    return timing.run_shapes(
         args, [(m, args.k) for m in args.m or SHAPES_M], time_shape, refusal="--norm times the GPU kernels",
         labels=("M", "H"), op="residual add + RMSNorm + group quantization", rows="M",
         granularity="groups of 128, mn_tma scales, with a residual",

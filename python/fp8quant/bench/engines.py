@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import FP8_DTYPE, check_int
-from .layouts import align, empty_scale
+from .._checks import FP8_DTYPE, check_int
+from ..layouts import align, empty_scale
 
 try:
     import triton
@@ -67,12 +67,12 @@ def _jit(fn):
 def _require(*tensors: torch.Tensor) -> None:
     if triton is None:
         raise RuntimeError(
-            "fp8quant.bench_engines needs Triton (import triton failed): its functions are the engines' Triton "
+            "fp8quant.bench.engines needs Triton (import triton failed): its functions are the engines' Triton "
             "kernels, run on a CUDA GPU"
         )
     for t in tensors:
         if isinstance(t, torch.Tensor) and not t.is_cuda:
-            raise RuntimeError(f"fp8quant.bench_engines runs Triton kernels on CUDA tensors, got one on {t.device}")
+            raise RuntimeError(f"fp8quant.bench.engines runs Triton kernels on CUDA tensors, got one on {t.device}")
 
 
 def default_max_m_sum(t: int, k: int, num_experts: int) -> int:

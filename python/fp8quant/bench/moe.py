@@ -2,7 +2,7 @@
 experts, top-8, intermediate size 2048, bf16) at every batch size engines run, T from --m
 (default 1, 4, 16, 64, 128, 512, 1024, 4096, 16384), each buffer sized by the static bounds
 engines give CUDA graphs (:func:`fp8quant.moe_bounds`), side by side with the engines' chain
-(:mod:`fp8quant.bench_engines`: Triton kernels around the same GEMMs, written here).
+(:mod:`fp8quant.bench.engines`: Triton kernels around the same GEMMs, written here).
 
 Layer rows (the whole layer per call; "% copy" is the share of the **weight-read floor**: the
 active experts' weight bytes at copy bandwidth, the bound of decode):
@@ -27,9 +27,10 @@ import math
 
 import torch
 
-from . import bench, bench_engines, grouped_gemm
-from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
-from .moe_layer import ExpertWeights, _deep_gemm, moe_layer, prepare_experts
+from .. import grouped_gemm
+from ..moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from ..moe_layer import ExpertWeights, _deep_gemm, moe_layer, prepare_experts
+from . import engines, timing
 
 __all__ = ["run_moe"]
 
@@ -58,65 +59,65 @@ def routed_tokens(t: int, h: int, device: torch.device, gen: torch.Generator):
 
 
 def time_calls(call, sets: int, est_us: float) -> float:
-    """bench.time_graph with about LAYER_GRAPH_US of work per replay."""
+    """timing.time_graph with about LAYER_GRAPH_US of work per replay."""
     calls = sets * max(1, math.ceil(min(64, max(2, LAYER_GRAPH_US / est_us)) / sets))
-    return bench.time_graph(call, sets, calls), calls
+    return timing.time_graph(call, sets, calls), calls
 
 
-def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int, weights) -> list[bench.Result]:
+def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int, weights) -> list[timing.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(t)
     w13, w2 = weights
     bounds = moe_bounds(t, TOP_K, EXPERTS)
     set_bytes = t * h * 2 + 8 * t * TOP_K
-    sets = [routed_tokens(t, h, device, gen) for _ in range(bench.rotation_sets(set_bytes, rotation_bytes))]
+    sets = [routed_tokens(t, h, device, gen) for _ in range(timing.rotation_sets(set_bytes, rotation_bytes))]
     x0, ids0, w0 = sets[0]
     routing = moe_routing(ids0, EXPERTS, max_m_sum=bounds.max_m_sum, max_m=bounds.max_m)
     kept = t * TOP_K
     active = int(torch.unique(ids0).numel())
     weight_bytes = active * (w13.q[0].numel() + w2.q[0].numel() + 4 * (w13.scale[0].numel() + w2.scale[0].numel()))
-    results: list[bench.Result] = []
+    results: list[timing.Result] = []
 
     def add(name: str, call, nbytes: int, est_us: float, n_sets: int) -> None:
         us, calls = time_calls(call, n_sets, est_us)
-        results.append(bench.Result(t, h, name, us, nbytes, n_sets, calls))
+        results.append(timing.Result(t, h, name, us, nbytes, n_sets, calls))
 
     # Ops: real rows' bytes. Route + dispatch: ids and x read; q rows, scales and the row maps written
     g = h // 128
     nbytes = t * h * 2 + kept * (h + 4 * g) + 4 * t * TOP_K * 3
-    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    est = max(timing.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
     n = len(sets)
     add("route+dispatch", lambda i: moe_dispatch_quant(
         sets[i][0], moe_routing(sets[i][1], EXPERTS, max_m_sum=bounds.max_m_sum)), nbytes, est, n)  # fmt: skip
-    add("engines quant+scatter", lambda i: bench_engines.engine_scatter(
-        *bench_engines.engine_quant(sets[i][0]), sets[i][1], EXPERTS, bounds.max_m_sum), nbytes, est, n)  # fmt: skip
+    add("engines quant+scatter", lambda i: engines.engine_scatter(
+        *engines.engine_quant(sets[i][0]), sets[i][1], EXPERTS, bounds.max_m_sum), nbytes, est, n)  # fmt: skip
 
     # SiLU-and-mul + quantize: live rows read (2I bf16), q and scales written
     inter = INTERMEDIATE
     nbytes = kept * (2 * inter * 2 + inter + 4 * inter // 128)
-    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    est = max(timing.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
     if t <= MASKED_MAX_T:
         y1 = torch.randn((EXPERTS, bounds.max_m, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
         add("silu masked", lambda i: silu_mul_quant(y1, masked_m=routing.counts), nbytes, est, 1)
-        add("engines silu masked", lambda i: bench_engines.engine_silu_quant_masked(y1, routing.counts), nbytes, est, 1)
+        add("engines silu masked", lambda i: engines.engine_silu_quant_masked(y1, routing.counts), nbytes, est, 1)
         del y1
     y1 = torch.randn((bounds.max_m_sum, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
     add("silu contiguous", lambda i: silu_mul_quant(y1, m_indices=routing.m_indices, row_offsets=routing.row_offsets),
         nbytes, est, 1)  # fmt: skip
-    add("engines silu contiguous", lambda i: bench_engines.engine_silu_quant(y1, routing.m_indices), nbytes, est, 1)
+    add("engines silu contiguous", lambda i: engines.engine_silu_quant(y1, routing.m_indices), nbytes, est, 1)
     del y1
 
     # Combine: the kept rows read, the output written
     y2 = torch.randn((bounds.max_m_sum, h), device=device, generator=gen).to(torch.bfloat16)
     nbytes = kept * h * 2 + t * h * 2 + 8 * kept
-    est = max(bench.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
+    est = max(timing.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
     add("combine", lambda i: moe_combine(y2, routing.inv_perm, w0), nbytes, est, 1)
-    add("engines gather", lambda i: bench_engines.engine_gather(y2, routing.inv_perm, w0), nbytes, est, 1)
+    add("engines gather", lambda i: engines.engine_gather(y2, routing.inv_perm, w0), nbytes, est, 1)
     del y2
 
     # The layer
     floor_us = weight_bytes / (copy_gbps * 1e3)
-    results.append(bench.Result(t, h, "floor", floor_us, weight_bytes, 1, 1))
+    results.append(timing.Result(t, h, "floor", floor_us, weight_bytes, 1, 1))
     layer_sets = sets[: max(1, min(4, len(sets)))]
     n = len(layer_sets)
     deep_gemm = _deep_gemm() is not None and torch.cuda.get_device_capability(device)[0] == 9
@@ -128,7 +129,7 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
                 backend=b), weight_bytes, floor_us, n)  # fmt: skip
     if deep_gemm:
         for layout in layouts:
-            add(f"engines {layout}", lambda i, lay=layout: bench_engines.engine_layer(
+            add(f"engines {layout}", lambda i, lay=layout: engines.engine_layer(
                 *layer_sets[i], w13, w2, layout=lay, max_m_sum=bounds.max_m_sum), weight_bytes, floor_us, n)  # fmt: skip
     return results
 
@@ -138,10 +139,10 @@ def run_moe(args) -> int:
         raise SystemExit("--moe times the GPU kernels; no CUDA GPU was found")
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(0)
-    bench.progress(f"quantizing {EXPERTS} experts' weights (H = {args.k}, I = {INTERMEDIATE})")
+    timing.progress(f"quantizing {EXPERTS} experts' weights (H = {args.k}, I = {INTERMEDIATE})")
     weights = (expert_weights(EXPERTS, 2 * INTERMEDIATE, args.k, device, gen),
                expert_weights(EXPERTS, args.k, INTERMEDIATE, device, gen))  # fmt: skip
-    return bench.run_shapes(
+    return timing.run_shapes(
         args, [(t, args.k) for t in args.m or TOKENS],
         lambda t, h, dtype, copy_gbps, rotation: time_shape(t, h, dtype, copy_gbps, rotation, weights),
         refusal="--moe times the GPU kernels", labels=("T", "H"),

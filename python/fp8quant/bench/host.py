@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from . import __version__, _ext, bench
-from .layouts import empty_scale
-from .norm import rms_norm_quant
-from .quant import per_token_group_quant
+from .. import __version__, _ext
+from ..layouts import empty_scale
+from ..norm import rms_norm_quant
+from ..quant import per_token_group_quant
+from . import timing
 
 __all__ = ["HostResult", "host_overhead", "run_host"]
 
@@ -59,7 +60,7 @@ def _noop_custom_op() -> Callable:
 def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callable[[], object]]:
     """The calls to time, by name; the first is the baseline."""
     device = torch.device("cuda", torch.cuda.current_device())
-    x = bench.random_input(m, k, dtype, device)
+    x = timing.random_input(m, k, dtype, device)
     q = torch.empty((m, k), dtype=torch.float8_e4m3fn, device=device)
     s = empty_scale(layout, m, k // 128, device=device)
     ue8m0 = layout == "packed_ue8m0"
@@ -81,7 +82,7 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
     }
     if dtype != torch.float32 and k % 16 == 0 and k <= 16384:  # what the RMSNorm kernels take
         weight = torch.ones(k, dtype=dtype, device=device)
-        residual = bench.random_input(m, k, dtype, device)
+        residual = timing.random_input(m, k, dtype, device)
         calls["F.rms_norm(x)"] = lambda: torch.nn.functional.rms_norm(x, (k,), weight, 1e-6)
         calls["rms_norm_quant(residual=)"] = lambda: rms_norm_quant(x, weight, 1e-6, residual=residual,
                                                                     scale_layout=layout)  # fmt: skip
@@ -104,7 +105,7 @@ def _time_us(call: Callable[[], object]) -> float:
             gc.enable()
 
 
-def host_overhead(m: int = 1, k: int = bench.K_MAIN, layout: str = "mn_tma",
+def host_overhead(m: int = 1, k: int = timing.K_MAIN, layout: str = "mn_tma",
                   dtype: torch.dtype = torch.bfloat16) -> list[HostResult]:  # fmt: skip
     """Median host microseconds per eager call of each entry, and its ratio to the cast."""
     calls = entries(m, k, layout, dtype)
@@ -133,7 +134,7 @@ def run_host(args) -> int:
         raise SystemExit("--host-overhead times eager calls on a CUDA GPU; none was found")
     m = args.m[0] if args.m else 1
     layout = args.formats[0] if "formats" in args.given else "mn_tma"
-    results = host_overhead(m, args.k, layout, bench.DTYPES[args.dtype])
+    results = host_overhead(m, args.k, layout, timing.DTYPES[args.dtype])
     device = torch.cuda.get_device_name()
     lines = [
         f"### Host time per eager call: {device}, M={m}, K={args.k}, {args.dtype}, scale_layout={layout!r}",
