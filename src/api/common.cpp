@@ -7,29 +7,11 @@
 #include <cstring>
 #include <string>
 
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/common.h"
 
 namespace fp8quant {
-namespace {
-thread_local std::string last_error;
-}  // namespace
-
-fp8quant_status_t set_error(fp8quant_status_t status, std::string message) {
-  last_error = std::move(message);
-  return status;
-}
-
-fp8quant_status_t no_kernel_for(const char* arg, int64_t value) {
-  return set_error(FP8QUANT_ERROR_INVALID_ARGUMENT,
-                   std::string(arg) + ": no kernel is compiled for value " + std::to_string(value));
-}
-
-fp8quant_status_t cuda_error(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return FP8QUANT_SUCCESS;
-  return set_error(FP8QUANT_ERROR_CUDA, std::string(what) + " failed: " + cudaGetErrorString(err));
-}
 
 fp8quant_status_t current_device(DeviceInfo* device) {
   // A device's properties never change: each thread keeps those of the last device it asked for
@@ -104,7 +86,7 @@ const char* fp8quant_status_string(fp8quant_status_t status) {
   return "FP8QUANT_UNKNOWN_STATUS";
 }
 
-const char* fp8quant_last_error(void) { return fp8quant::last_error.c_str(); }
+const char* fp8quant_last_error(void) { return fp8quant::last_error_message(); }
 
 int fp8quant_cuda_version(void) { return CUDART_VERSION; }
 

@@ -4,7 +4,7 @@
 
 #include "api/checks.hpp"
 #include "api/group_quant.hpp"
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/moe.h"
 #include "kernels/moe_combine.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "api/checks.hpp"
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/norm.h"
 #include "kernels/rms_norm.hpp"

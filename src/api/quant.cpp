@@ -6,7 +6,7 @@
 
 #include "api/checks.hpp"
 #include "api/group_quant.hpp"
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/quant.h"
 #include "kernels/per_token_group_quant.hpp"

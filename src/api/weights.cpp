@@ -4,7 +4,7 @@
 #include <string>
 
 #include "api/checks.hpp"
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/error.hpp"
 #include "fp8quant/weights.h"
 #include "kernels/per_block_quant.hpp"

@@ -12,6 +12,9 @@ namespace fp8quant {
 // Record `message` as the calling thread's last error and return `status`.
 fp8quant_status_t set_error(fp8quant_status_t status, std::string message);
 
+// The calling thread's last error message ("" before any; fp8quant_last_error).
+const char* last_error_message();
+
 // SUCCESS for cudaSuccess; otherwise record "<what> failed: <CUDA's message>" and return CUDA.
 fp8quant_status_t cuda_error(cudaError_t err, const char* what);
 

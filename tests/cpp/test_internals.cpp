@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "common/device.hpp"
+#include "api/device.hpp"
 #include "common/dispatch.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The device the C API launches on, and how it launches.
+// The device the C API launches on, and how it launches (defined in src/api/common.cpp).
 #pragma once
 
 #include "common/error.hpp"
