@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "expect.hpp"
-#include "gpu.hpp"
+#include "fixture.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -39,17 +38,6 @@ struct Call {
                                           group_size, eps, nullptr);
   }
 };
-
-// The call fails with INVALID_ARGUMENT and a message that starts with `arg`.
-void expect_invalid(const Call& call, const char* arg) {
-  const fp8quant_status_t st = call.run();
-  const std::string msg = fp8quant_last_error();
-  if (st != FP8QUANT_ERROR_INVALID_ARGUMENT || msg.rfind(std::string(arg) + ":", 0) != 0) {
-    std::fprintf(stderr, "expected INVALID_ARGUMENT naming '%s', got %s: '%s'\n", arg,
-                 fp8quant_status_string(st), msg.c_str());
-    ++failures;
-  }
-}
 
 // The call passes validation: without a GPU it reports NO_DEVICE; with one it runs on device
 // buffers at the same offsets from kX, kQ and kScale (1 MiB each, zero-filled).
@@ -272,12 +260,5 @@ int main(int argc, char** argv) {
   test_strides();
   test_overlap();
   test_pdl_switch(pdl_default);
-  const bool launched = test_launch();
-  if (failures) {
-    std::fprintf(stderr, "%d check(s) failed\n", failures);
-    return 1;
-  }
-  std::printf(launched ? "all checks passed\n"
-                       : "all host checks passed (no supported GPU: the launch check did not run)\n");
-  return 0;
+  return finish("C API", test_launch());
 }

@@ -7,8 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "expect.hpp"
-#include "gpu.hpp"
+#include "fixture.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -33,17 +32,6 @@ struct Call {
     return fp8quant_moe_combine(y, dtype, y_rows, h, y_row_stride, rows, weights, t, k, out, out_row_stride, nullptr);
   }
 };
-
-template <typename Call>
-void expect_invalid(const Call& call, const char* arg, const char* text = "") {
-  expect_invalid_argument(call.run(), arg, text);
-}
-
-// Passes validation: NO_DEVICE without a GPU (with one, the fake addresses are not launched on)
-void expect_valid_without_gpu(const Call& call) {
-  if (have_gpu()) return;
-  EXPECT(call.run() == FP8QUANT_ERROR_NO_DEVICE);
-}
 
 void test_validation() {
   Call c;
@@ -213,9 +201,5 @@ int main() {
   test_routing_validation();
   test_silu_validation();
   test_dispatch_validation();
-  const bool launched = test_launch();
-  if (failures) return 1;
-  std::printf(launched ? "all MoE API checks passed\n"
-                       : "all MoE API host checks passed (no supported GPU: the launch check did not run)\n");
-  return 0;
+  return finish("MoE API", test_launch());
 }

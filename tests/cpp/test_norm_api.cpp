@@ -7,8 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "expect.hpp"
-#include "gpu.hpp"
+#include "fixture.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -45,10 +44,6 @@ struct Call {
                                    q_row_stride, scale, layout, ue8m0, group_size, quant_eps, nullptr);
   }
 };
-
-void expect_invalid(const Call& call, const char* arg, const char* text = "") {
-  expect_invalid_argument(call.run(), arg, text);
-}
 
 void test_validation() {
   Call c;

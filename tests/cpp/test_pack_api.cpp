@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "expect.hpp"
-#include "gpu.hpp"
+#include "fixture.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -19,49 +18,38 @@ float* const kSrc = reinterpret_cast<float*>(uintptr_t{1} << 20);
 float* const kDst = reinterpret_cast<float*>(uintptr_t{2} << 20);
 uint64_t* const kFlag = reinterpret_cast<uint64_t*>(uintptr_t{3} << 20);
 
-void expect_invalid(fp8quant_status_t st, const char* arg, const char* text = "") {
-  expect_invalid_argument(st, arg, text);
-}
-
-// Passes validation: NO_DEVICE without a GPU. With one, `call` (on fake addresses) is not run:
-// launches are test_launch's.
-template <typename Call>
-void expect_valid_without_gpu(Call call) {
-  if (!have_gpu()) EXPECT(call() == FP8QUANT_ERROR_NO_DEVICE);
-}
-
 void test_validation() {
   auto* words = reinterpret_cast<int32_t*>(kDst);
   const auto row = FP8QUANT_SCALE_ROW, tma = FP8QUANT_SCALE_MN_TMA, packed = FP8QUANT_SCALE_PACKED_UE8M0;
   expect_valid_without_gpu([&] { return fp8quant_convert_scales(kSrc, row, kDst, tma, 2, 5, 3, nullptr); });
-  expect_invalid(fp8quant_convert_scales(kSrc, packed, kDst, tma, 1, 5, 3, nullptr), "src_layout");
-  expect_invalid(fp8quant_convert_scales(kSrc, row, kDst, packed, 1, 5, 3, nullptr), "dst_layout");
-  expect_invalid(fp8quant_convert_scales(kSrc, row, kDst, tma, -1, 5, 3, nullptr), "batch");
-  expect_invalid(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, -1, 3, nullptr), "m");
-  expect_invalid(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, 5, 0, nullptr), "num_groups");
-  expect_invalid(fp8quant_convert_scales(nullptr, row, kDst, tma, 1, 5, 3, nullptr), "src", "null");
-  expect_invalid(fp8quant_convert_scales(kSrc + 1, row, kSrc, tma, 1, 5, 3, nullptr), "dst", "overlaps src");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, packed, kDst, tma, 1, 5, 3, nullptr), "src_layout");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, packed, 1, 5, 3, nullptr), "dst_layout");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, -1, 5, 3, nullptr), "batch");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, -1, 3, nullptr), "m");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, 5, 0, nullptr), "num_groups");
+  expect_invalid_argument(fp8quant_convert_scales(nullptr, row, kDst, tma, 1, 5, 3, nullptr), "src", "null");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc + 1, row, kSrc, tma, 1, 5, 3, nullptr), "dst", "overlaps src");
   expect_valid_without_gpu([&] { return fp8quant_convert_scales(kSrc + 24, row, kSrc, tma, 1, 5, 3, nullptr); });  // just apart
   EXPECT(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, 0, 3, nullptr) == FP8QUANT_SUCCESS);  // empty
-  expect_invalid(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, int64_t{1} << 40, int64_t{1} << 30, nullptr), "m",
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, int64_t{1} << 40, int64_t{1} << 30, nullptr), "m",
                  "overflow");
 
   expect_valid_without_gpu([&] { return fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, kFlag, nullptr); });
-  expect_invalid(fp8quant_pack_ue8m0(kSrc, packed, words, 1, 5, 7, kFlag, nullptr), "src_layout");
-  expect_invalid(fp8quant_pack_ue8m0(kSrc, tma, reinterpret_cast<int32_t*>(kSrc) + 4, 1, 5, 7, nullptr, nullptr),
+  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, packed, words, 1, 5, 7, kFlag, nullptr), "src_layout");
+  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, reinterpret_cast<int32_t*>(kSrc) + 4, 1, 5, 7, nullptr, nullptr),
                  "dst", "overlaps src");  // src's mn_tma buffer is 8 rows x 7 groups
-  expect_invalid(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 1), nullptr),
+  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 1), nullptr),
                  "first_invalid", "8-byte aligned");
-  expect_invalid(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 2), nullptr),
+  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 2), nullptr),
                  "first_invalid", "overlaps dst");
-  expect_invalid(fp8quant_unpack_ue8m0(reinterpret_cast<int32_t*>(kSrc), kDst, packed, 1, 5, 7, nullptr, nullptr),
+  expect_invalid_argument(fp8quant_unpack_ue8m0(reinterpret_cast<int32_t*>(kSrc), kDst, packed, 1, 5, 7, nullptr, nullptr),
                  "dst_layout");
-  expect_invalid(fp8quant_unpack_ue8m0(reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kSrc) + 2), kDst,
+  expect_invalid_argument(fp8quant_unpack_ue8m0(reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kSrc) + 2), kDst,
                                        row, 1, 5, 7, nullptr, nullptr),
                  "src", "4-byte aligned");
-  expect_invalid(fp8quant_sm100_weight_scales(kSrc, 1, 300, 7, 0, words, nullptr, nullptr), "block_n");
-  expect_invalid(fp8quant_sm100_weight_scales(kSrc, 1, 300, 0, 128, words, nullptr, nullptr), "k_blocks");
-  expect_invalid(fp8quant_sm100_weight_scales(kSrc, 1, -1, 7, 128, words, nullptr, nullptr), "n");
+  expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, 300, 7, 0, words, nullptr, nullptr), "block_n");
+  expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, 300, 0, 128, words, nullptr, nullptr), "k_blocks");
+  expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, -1, 7, 128, words, nullptr, nullptr), "n");
   expect_valid_without_gpu([&] { return fp8quant_sm100_weight_scales(kSrc, 2, 300, 7, 128, words, kFlag, nullptr); });
 
   const void* w = kSrc;
@@ -69,11 +57,11 @@ void test_validation() {
   float* s = reinterpret_cast<float*>(kFlag);
   expect_valid_without_gpu([&] { return fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128,
                                                      1e-4f, nullptr); });
-  expect_invalid(fp8quant_requantize_ue8m0(w, nullptr, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
+  expect_invalid_argument(fp8quant_requantize_ue8m0(w, nullptr, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
                  "w_scale", "null");
-  expect_invalid(fp8quant_requantize_ue8m0(w, s, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
+  expect_invalid_argument(fp8quant_requantize_ue8m0(w, s, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
                  "scale", "overlaps w_scale");
-  expect_invalid(fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 64, 128, 1e-4f,
+  expect_invalid_argument(fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 64, 128, 1e-4f,
                                            nullptr),
                  "block_n");
 }
@@ -133,9 +121,5 @@ bool test_launch() {
 
 int main() {
   test_validation();
-  const bool launched = test_launch();
-  if (failures) return 1;
-  std::printf(launched ? "all pack API checks passed\n"
-                       : "all pack API host checks passed (no supported GPU: the launch checks did not run)\n");
-  return 0;
+  return finish("pack API", test_launch());
 }

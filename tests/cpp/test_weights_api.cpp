@@ -8,8 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "expect.hpp"
-#include "gpu.hpp"
+#include "fixture.hpp"
 #include "fp8quant/fp8quant.h"
 
 namespace {
@@ -35,16 +34,6 @@ struct Call {
                                     q_row_stride, scale, block_n, block_k, ue8m0, eps, nullptr);
   }
 };
-
-void expect_invalid(const Call& call, const char* arg, const char* text = "") {
-  expect_invalid_argument(call.run(), arg, text);
-}
-
-// Passes validation: NO_DEVICE without a GPU (the GPU case is test_launch's)
-void expect_valid_without_gpu(const Call& call) {
-  if (have_gpu()) return;
-  EXPECT(call.run() == FP8QUANT_ERROR_NO_DEVICE);
-}
 
 void test_validation() {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -119,9 +108,5 @@ bool test_launch() {
 
 int main() {
   test_validation();
-  const bool launched = test_launch();
-  if (failures) return 1;
-  std::printf(launched ? "all weights API checks passed\n"
-                       : "all weights API host checks passed (no supported GPU: the launch check did not run)\n");
-  return 0;
+  return finish("weights API", test_launch());
 }
