@@ -15,14 +15,6 @@ folder ``find_package(fp8quant CONFIG)`` needs.
 from . import reference
 from ._ext import pdl_enabled, set_pdl
 from ._install import cmake_dir, cuda_version, include_dir, library_path
-from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
-from .quant import per_token_group_quant
-from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
-from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
-from .norm import rms_norm, rms_norm_quant
-from .routing import MoeRouting
-from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
-from .weights import per_block_quant, requantize_ue8m0
 from .gemm import (
     FormatMismatchError,
     QuantizedActivation,
@@ -32,7 +24,15 @@ from .gemm import (
     quantize_activation,
     select_backend,
 )
+from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
+from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
+from .norm import rms_norm, rms_norm_quant
+from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
+from .quant import per_token_group_quant
 from .recipes import RECIPES, ActivationFormat, Recipe, WeightFormat, recipe
+from .routing import MoeRouting
+from .weights import per_block_quant, requantize_ue8m0
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,9 @@
-"""``python -m fp8quant``: fp8quant's command line.
+"""``python -m fp8quant``: fp8quant's command line. Usage::
 
     python -m fp8quant bench --help
     python -m fp8quant --cmake-dir      # for find_package(fp8quant CONFIG) in a C++ project
+
+``python -m fp8quant --help`` lists the rest.
 """
 
 from __future__ import annotations
@@ -49,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
             built = " (no CUDA extension: reference only)"
         print(f"fp8quant {__version__}{built}")
         return 0
-    for flag, where in (("cmake_dir", _install.cmake_dir), ("include_dir", _install.include_dir),
-                        ("library_path", _install.library_path)):
+    for flag, where in (
+        ("cmake_dir", _install.cmake_dir),
+        ("include_dir", _install.include_dir),
+        ("library_path", _install.library_path),
+    ):
         if getattr(args, flag):
             try:
                 print(where())

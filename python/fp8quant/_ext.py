@@ -8,7 +8,17 @@ import importlib
 
 import torch
 
-__all__ = ["DTYPE_CODES", "LAYOUT_CODES", "current_device", "extension", "launch", "launch_rows", "pdl_enabled", "raw_stream", "set_pdl"]
+__all__ = [
+    "DTYPE_CODES",
+    "LAYOUT_CODES",
+    "current_device",
+    "extension",
+    "launch",
+    "launch_rows",
+    "pdl_enabled",
+    "raw_stream",
+    "set_pdl",
+]
 
 #: fp8quant_dtype_t of each input dtype.
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}

@@ -38,6 +38,7 @@ import torch
 
 __all__ = ["Buffer", "Op", "TensorMeta", "tracing"]
 
+
 class TensorMeta(NamedTuple):
     """What an op's geometry may depend on: an input's shape and dtype (hashable when eager)."""
 
@@ -233,7 +234,9 @@ class Op:
             return False
         device = x.get_device()
         for t, b in zip(out, buffers):
-            if not (isinstance(t, torch.Tensor) and t.dtype == b.dtype and t.shape == b.shape and t.get_device() == device):
+            if not (
+                isinstance(t, torch.Tensor) and t.dtype == b.dtype and t.shape == b.shape and t.get_device() == device
+            ):
                 return False
             if b.stride is None:
                 if t.stride(-1) != 1:
@@ -307,7 +310,9 @@ class Op:
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{label} must be a torch.Tensor, got {type(t).__name__}")
             if t.device != device:
-                raise ValueError(f"{label} is on {t.device}, {self.inputs[0]} on {device}: all tensors must be on one device")
+                raise ValueError(
+                    f"{label} is on {t.device}, {self.inputs[0]} on {device}: all tensors must be on one device"
+                )
             if t.dtype != b.dtype:
                 raise TypeError(f"{label} must be {b.dtype}{ctx}, got {t.dtype}")
             if tuple(t.shape) != tuple(b.shape):
@@ -344,7 +349,9 @@ def _check_apart(input_names, inputs, mutated, labels, outs, buffers) -> None:
             raise ValueError(f"{label} must not overlap itself, got strides {tuple(t.stride())}")
     named = [(n, t, None, i in mutated) for i, (n, t) in enumerate(zip(input_names, inputs))]
     named += [(label, t, b.numel, True) for label, t, b in zip(labels, outs, buffers)]
-    spans = [(name, t.untyped_storage().data_ptr(), _byte_range(t, numel), written) for name, t, numel, written in named]
+    spans = [
+        (name, t.untyped_storage().data_ptr(), _byte_range(t, numel), written) for name, t, numel, written in named
+    ]
     for i, (name_a, storage_a, (lo_a, hi_a), written_a) in enumerate(spans):
         for name_b, storage_b, (lo_b, hi_b), written_b in spans[i + 1 :]:
             if (written_a or written_b) and storage_a == storage_b and lo_a < hi_b and lo_b < hi_a:

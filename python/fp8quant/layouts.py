@@ -52,10 +52,7 @@ def align(n: int, a: int) -> int:
 
 def check_scale_layout(scale_layout: str) -> str:
     if scale_layout not in SCALE_LAYOUTS:
-        raise ValueError(
-            f"scale_layout must be one of {', '.join(map(repr, SCALE_LAYOUTS))}; "
-            f"got {scale_layout!r}"
-        )
+        raise ValueError(f"scale_layout must be one of {', '.join(map(repr, SCALE_LAYOUTS))}; got {scale_layout!r}")
     return scale_layout
 
 

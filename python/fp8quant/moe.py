@@ -142,7 +142,11 @@ def moe_routing(
             ``False``: never. The kernels never write past the bounds: slots that do not fit
             get row -1.
     """
-    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
+    if (
+        not isinstance(topk_ids, torch.Tensor)
+        or topk_ids.dtype not in (torch.int32, torch.int64)
+        or topk_ids.dim() != 2
+    ):
         raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
     if not topk_ids.is_cuda:
         return reference.moe_routing(
@@ -150,7 +154,11 @@ def moe_routing(
         )
     if not topk_ids.is_contiguous():
         raise ValueError(f"topk_ids must be contiguous, got strides {tuple(topk_ids.stride())}")
-    for name, value, minimum in (("num_experts", num_experts, 1), ("expert_offset", expert_offset, 0), ("align", align, 1)):
+    for name, value, minimum in (
+        ("num_experts", num_experts, 1),
+        ("expert_offset", expert_offset, 0),
+        ("align", align, 1),
+    ):
         check_int(value, name, minimum)
     for name, value, minimum in (("max_m_sum", max_m_sum, 0), ("max_m", max_m, 1)):
         check_int(value, name, minimum, allow_none=True)
@@ -175,7 +183,6 @@ def moe_routing(
 
 
 # --- moe_combine ---------------------------------------------------------------------------------
-
 
 
 def _combine_geometry(y: TensorMeta, rows: TensorMeta, weights: TensorMeta) -> tuple[Buffer]:
@@ -234,7 +241,9 @@ def moe_combine(
     if y.numel() > 0 and y.stride(-1) != 1:
         raise ValueError(f"y must have a contiguous last dimension, got strides {tuple(y.stride())}")
     if y.dim() == 3 and y.shape[0] > 1 and y.shape[1] > 0 and y.stride(0) != y.shape[1] * y.stride(1):
-        raise ValueError(f"y [E, max_m, H] must have evenly spaced rows (stride(0) == max_m * stride(1)), got strides {tuple(y.stride())}")
+        raise ValueError(
+            f"y [E, max_m, H] must have evenly spaced rows (stride(0) == max_m * stride(1)), got strides {tuple(y.stride())}"
+        )
     if not isinstance(rows, torch.Tensor) or rows.dtype != torch.int32 or rows.dim() != 2 or not rows.is_contiguous():
         raise TypeError("rows must be a contiguous int32 tensor [T, k]")
     if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32 or not weights.is_contiguous():
@@ -254,8 +263,15 @@ def moe_combine(
 
 
 def _silu_geometry(
-    x: TensorMeta, m_indices: TensorMeta, used_rows: TensorMeta, masked_m: TensorMeta, align: int, group_size: int,
-    scale_layout: str, ue8m0: bool, eps: float,
+    x: TensorMeta,
+    m_indices: TensorMeta,
+    used_rows: TensorMeta,
+    masked_m: TensorMeta,
+    align: int,
+    group_size: int,
+    scale_layout: str,
+    ue8m0: bool,
+    eps: float,
 ) -> tuple[Buffer, Buffer]:
     """q [*, M, N] row-major; the scale layout's buffer for N / group_size groups."""
     n = x.shape[-1] // 2
@@ -267,7 +283,7 @@ def _silu_launch(x, m_indices, used_rows, masked_m, q, scale, align, group_size,
     """x's rows as [gate | up]: launch_rows sees x's geometry, with n = K / 2 passed apart."""
     shape, xs, qs = x.shape, x.stride(), q.stride()
     batch, x_batch, q_batch = (1, 0, 0) if len(shape) == 2 else (shape[0], xs[0], qs[0])
-    ptr = lambda t: t.data_ptr() if t.numel() else 0  # noqa: E731 - an absent index array is null
+    ptr = lambda t: t.data_ptr() if t.numel() else 0
     launch(
         extension().silu_mul_quant_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2],
         shape[-1] // 2, x_batch, xs[-2], q.data_ptr(), q_batch, qs[-2], ptr(m_indices), ptr(used_rows),
@@ -340,7 +356,9 @@ def silu_mul_quant(
     and untouched past that. The CPU path writes zeros there.
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() not in (2, 3) or x.shape[-1] % 2:
-        raise TypeError("x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)")
+        raise TypeError(
+            "x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)"
+        )
     check_moe_group_size(group_size, "silu_mul_quant")
     n = x.shape[-1] // 2
     if n == 0 or n % group_size:
@@ -378,8 +396,17 @@ def silu_mul_quant(
 
 
 def _dispatch_geometry(
-    x: TensorMeta, slot_rows: TensorMeta, counts: TensorMeta, row_offsets: TensorMeta, rows: int, max_m: int,
-    align: int, group_size: int, scale_layout: str, ue8m0: bool, eps: float,
+    x: TensorMeta,
+    slot_rows: TensorMeta,
+    counts: TensorMeta,
+    row_offsets: TensorMeta,
+    rows: int,
+    max_m: int,
+    align: int,
+    group_size: int,
+    scale_layout: str,
+    ue8m0: bool,
+    eps: float,
 ) -> tuple[Buffer, Buffer]:
     """q [rows, H] (contiguous, max_m == 0) or [E, max_m, H] (masked); the scale layout's buffer."""
     h = x.shape[-1]

@@ -201,11 +201,19 @@ def _gemm(backend: str, layout: str, a: tuple, w: ExpertWeights, d: torch.Tensor
 def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.bfloat16:
         raise TypeError("x must be a bfloat16 tensor [T, H]")
-    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2 or topk_ids.dtype not in (torch.int32, torch.int64):
+    if (
+        not isinstance(topk_ids, torch.Tensor)
+        or topk_ids.dim() != 2
+        or topk_ids.dtype not in (torch.int32, torch.int64)
+    ):
         raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
     if topk_ids.shape[0] != x.shape[0]:
         raise ValueError(f"topk_ids has {topk_ids.shape[0]} tokens, x {x.shape[0]}")
-    if not isinstance(topk_weights, torch.Tensor) or topk_weights.shape != topk_ids.shape or not topk_weights.is_floating_point():
+    if (
+        not isinstance(topk_weights, torch.Tensor)
+        or topk_weights.shape != topk_ids.shape
+        or not topk_weights.is_floating_point()
+    ):
         raise ValueError(f"topk_weights must be a float tensor of topk_ids' shape {tuple(topk_ids.shape)}")
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, ExpertWeights):
@@ -267,7 +275,9 @@ def moe_layer(
     expected_m = max(1, t * k // e)
     align = segment_align(backend, layout, expected_m)
     bounds = moe_bounds(t, k, e, align=align)
-    max_m = bounds.max_m if backend != "deep_gemm" else -(-bounds.max_m // DEEP_GEMM_MASKED_ROWS) * DEEP_GEMM_MASKED_ROWS
+    max_m = (
+        bounds.max_m if backend != "deep_gemm" else -(-bounds.max_m // DEEP_GEMM_MASKED_ROWS) * DEEP_GEMM_MASKED_ROWS
+    )
     routing = moe_routing(
         topk_ids.contiguous(), e, expert_offset=expert_offset, align=align, max_m_sum=bounds.max_m_sum,
         max_m=max_m if masked else None,

@@ -211,7 +211,9 @@ def unpack_ue8m0(
     scale, flag = _unpack(packed, num_groups, to_layout)
     if validate:
         _raise_if_invalid(
-            flag, (*packed.shape[:-1], num_groups), lambda at: f"packed holds the UE8M0 NaN byte 0xFF for group {list(at)}"
+            flag,
+            (*packed.shape[:-1], num_groups),
+            lambda at: f"packed holds the UE8M0 NaN byte 0xFF for group {list(at)}",
         )
     return scale
 

@@ -6,12 +6,12 @@ import torch
 
 from . import reference
 from ._checks import FP8_DTYPE, check_quant_args, resolve_ue8m0
-from ._ext import LAYOUT_CODES, extension as _extension, launch_rows
+from ._ext import LAYOUT_CODES, launch_rows
+from ._ext import extension as _extension
 from ._ops import Buffer, Op, TensorMeta
 from .layouts import scale_buffer
 
 __all__ = ["per_token_group_quant"]
-
 
 
 def _geometry(x: TensorMeta, group_size: int, scale_layout: str, ue8m0: bool, eps: float) -> tuple[Buffer, Buffer]:

@@ -159,7 +159,9 @@ def requantize_ue8m0(
     want = (*w.shape[:-2], -(-w.shape[-2] // bn), -(-w.shape[-1] // bk))
     if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or tuple(w_scale.shape) != want:
         got = f"{w_scale.dtype} {tuple(w_scale.shape)}" if isinstance(w_scale, torch.Tensor) else type(w_scale).__name__
-        raise ValueError(f"w_scale must be float32 of shape {want} for w {tuple(w.shape)} and blocks {tuple(block_size)}, got {got}")
+        raise ValueError(
+            f"w_scale must be float32 of shape {want} for w {tuple(w.shape)} and blocks {tuple(block_size)}, got {got}"
+        )
     if not w_scale.is_contiguous():
         raise ValueError(f"w_scale must be contiguous, got strides {tuple(w_scale.stride())}")
     if w_scale.device != w.device:

@@ -70,9 +70,11 @@ def main(binary: str) -> int:
             s_bytes = buffer.cpu().numpy().tobytes()
             same_q = (tmp / "q.bin").read_bytes() == q_bytes
             same_s = (tmp / "scale.bin").read_bytes() == s_bytes
-            print(f"{'ok  ' if same_q and same_s else 'FAIL'} M={m:<4} {format_name(layout, ue8m0):<14}"
-                  f" q {len(q_bytes)} bytes {'identical' if same_q else 'DIFFER'},"
-                  f" scale buffer {len(s_bytes)} bytes {'identical' if same_s else 'DIFFER'}")
+            print(
+                f"{'ok  ' if same_q and same_s else 'FAIL'} M={m:<4} {format_name(layout, ue8m0):<14}"
+                f" q {len(q_bytes)} bytes {'identical' if same_q else 'DIFFER'},"
+                f" scale buffer {len(s_bytes)} bytes {'identical' if same_s else 'DIFFER'}"
+            )
             failures += not (same_q and same_s)
         print(f"{len(CASES) - failures}/{len(CASES)} cases bit-identical between the C++ consumer and Python")
         return 1 if failures else 0

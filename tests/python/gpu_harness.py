@@ -31,7 +31,7 @@ from fp8quant._ops import Buffer
 try:  # the PDL producer is a Triton kernel (torch's CUDA wheels bring Triton)
     import triton
     import triton.language as tl
-    import triton.language.extra.cuda  # noqa: F401 - tl.extra.cuda: gdc_launch_dependents, globaltimer
+    import triton.language.extra.cuda
 except ImportError:
     triton = None
 
@@ -308,7 +308,7 @@ def check_graph(
             poisoned.assert_nothing_written_outside()
 
 
-class pdl_setting:  # noqa: N801 - used like a function: `with pdl_setting(False):`
+class pdl_setting:
     """Run a block with programmatic dependent launch on or off, restoring it afterwards."""
 
     def __init__(self, enabled: bool) -> None:

@@ -10,8 +10,9 @@ import torch
 
 import fp8quant
 from fp8quant import bench
-from fp8quant.bench import quant as bench_quant, timing
 from fp8quant.__main__ import build_parser
+from fp8quant.bench import quant as bench_quant
+from fp8quant.bench import timing
 
 
 def test_negative_rotation_is_refused():
@@ -137,7 +138,7 @@ def test_help_describes_every_mode_and_option():
     assert flags == modes | {bench.flag(o) for o in bench.OPTIONS} | {"--json", "--markdown"}
     for f in flags:
         assert f in text
-    table = text[text.index("options each mode takes"):].splitlines()[1:]
+    table = text[text.index("options each mode takes") :].splitlines()[1:]
     rows = {line.split()[0]: line.split()[1:] for line in table if not line.startswith("  (default, no GPU)")}
     assert rows == {bench.flag(mode): [bench.flag(o) for o in opts] for mode, opts in bench.MODE_OPTIONS.items()}
     assert "--weights" in text.split("One mode a run:")[1]  # the description lists the modes
@@ -193,7 +194,9 @@ def test_model_runs_tiny_dims_on_the_cpu(tmp_path):
     assert all(r["bf16_ms"] > 0 and r["fp8quant_ms"] > 0 for r in report["results"])
     assert 0 < report["calc_diff"]["fp8quant"] <= 1.1 * report["calc_diff"]["floor"]
     args = build_parser().parse_args(["bench", "--model", "deepseek-v3", "--layers", "1"])
-    with pytest.raises(SystemExit, match=r"^--layers must be >= 2 \(the first layer is dense, the others MoE\), got 1$"):
+    with pytest.raises(
+        SystemExit, match=r"^--layers must be >= 2 \(the first layer is dense, the others MoE\), got 1$"
+    ):
         args.run(args)
 
 
@@ -215,9 +218,10 @@ def test_eager_call_is_direct(monkeypatch):
     its outputs, nothing at all with out=. On the CPU the reference is the op's work, so it is
     stubbed; what remains is the path a CUDA call takes before its launch. The registered op is
     the control. (The GPU suite checks the same on CUDA tensors, CUDA allocations included.)"""
+    from gpu_harness import assert_direct_eager_call  # noqa: PLC0415
+
     from fp8quant.norm import _add_norm_quant  # noqa: PLC0415
     from fp8quant.quant import _quant  # noqa: PLC0415
-    from gpu_harness import assert_direct_eager_call  # noqa: PLC0415
 
     for op in (_quant, _add_norm_quant):
         monkeypatch.setattr(op, "_run", lambda *args: None)

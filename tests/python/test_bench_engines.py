@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import fp8quant
-from fp8quant.bench import engines as BE
 from fp8quant import reference as R
-from fp8quant.moe_layer import moe_layer_bf16
+from fp8quant.bench import engines as BE
 from fp8quant.layouts import align
+from fp8quant.moe_layer import moe_layer_bf16
 
 H, E, K, INTER = 7168, 256, 8, 2048  # DeepSeek-V3
 
@@ -133,7 +133,7 @@ def check_silu_rows(q, s, y, q_ref, s_ref, live):
 @pytest.mark.gpu
 @pytest.mark.parametrize("t, h", [(1, H), (7, H), (300, H), (4096, H), (5, 128), (0, 256)])
 def test_quant(t, h, gen):
-    x = (torch.randn(t, h, generator=gen, device="cuda") * torch.rand(t, 1, generator=gen, device="cuda") * 8)
+    x = torch.randn(t, h, generator=gen, device="cuda") * torch.rand(t, 1, generator=gen, device="cuda") * 8
     x = x.to(torch.bfloat16)
     if t > 2:
         x[1, 3], x[1, 200 % h], x[2, :128] = float("inf"), float("-inf"), 0  # non-finite values; a zero group

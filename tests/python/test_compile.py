@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from handmath import full_buffer
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fp8quant
 from fp8quant import empty_scale, per_token_group_quant, reference
-from handmath import full_buffer
 
 LAYOUTS = fp8quant.SCALE_LAYOUTS
 FP8 = torch.float8_e4m3fn

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from handmath import full_buffer
 
 import fp8quant
 from fp8quant import gemm, reference
 from fp8quant.__main__ import build_parser
 from fp8quant.gemm import FormatMismatchError, QuantizedActivation, QuantizedWeight, calc_diff
 from fp8quant.recipes import RECIPES, ActivationFormat, Recipe, WeightFormat, describe_recipes, recipe
-from handmath import full_buffer
 
 FP8 = torch.float8_e4m3fn
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "backends.md"
@@ -484,7 +484,9 @@ def test_weight_of_another_backend_is_refused():
                                                   r"weight, prepared for 'scaled_mm sm90' \(activations mn_tma, weights block/kb4\): "
                                                   r"prepare it for 'deep_gemm', or pass backend='auto'$"):  # fmt: skip
         fp8quant.linear(x, w, "deep_gemm")
-    with pytest.raises(FormatMismatchError, match=r"^backend 'deep_gemm sm100' \(weights sm100_packed\) does not match"):
+    with pytest.raises(
+        FormatMismatchError, match=r"^backend 'deep_gemm sm100' \(weights sm100_packed\) does not match"
+    ):
         fp8quant.linear(x, w, recipe("deep_gemm", 10))
     assert fp8quant.linear(x, w, "scaled_mm").shape == (4, N)  # its own backend named: fine
     assert fp8quant.linear(x, w, recipe("scaled_mm", 9)).shape == (4, N)

@@ -15,12 +15,12 @@ import warnings
 
 import pytest
 import torch
+from test_gemm import DEEP_GEMM_2_6_1_FP8_GEMM_NT
 
 import fp8quant
 from fp8quant import gemm
 from fp8quant.gemm import FormatMismatchError, QuantizedActivation, calc_diff
 from fp8quant.recipes import ActivationFormat, recipe
-from test_gemm import DEEP_GEMM_2_6_1_FP8_GEMM_NT
 
 pytestmark = pytest.mark.gpu
 

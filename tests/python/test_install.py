@@ -39,8 +39,11 @@ def test_source_checkout_says_where_the_package_is_missing():
 def test_command_line_prints_the_locations(flag, capsys):
     assert main([flag]) == 0
     printed = Path(capsys.readouterr().out.strip())
-    where = {"--cmake-dir": fp8quant.cmake_dir, "--include-dir": fp8quant.include_dir,
-             "--library-path": fp8quant.library_path}[flag]()
+    where = {
+        "--cmake-dir": fp8quant.cmake_dir,
+        "--include-dir": fp8quant.include_dir,
+        "--library-path": fp8quant.library_path,
+    }[flag]()
     assert printed == where and printed.is_relative_to(PACKAGE)
 
 

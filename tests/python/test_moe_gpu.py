@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting, rows_written
 
 import fp8quant
 from fp8quant import reference as R
 from fp8quant.moe import _combine as OP
-from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting, rows_written
 
 pytestmark = pytest.mark.gpu
 
@@ -63,7 +63,7 @@ def test_unaligned(h, gen):
 def test_side_stream_graph_compile(gen):
     routing, weights = routed(64, 8, 16, gen)
     y = torch.randn(routing.m_indices.numel(), 2048, generator=gen, device="cuda").to(torch.bfloat16)
-    call = lambda out=None: (fp8quant.moe_combine(y, routing.inv_perm, weights, out=None if out is None else out[0]),)  # noqa: E731
+    call = lambda out=None: (fp8quant.moe_combine(y, routing.inv_perm, weights, out=None if out is None else out[0]),)
     buffers = OP.buffers(y, routing.inv_perm, weights)
     check_side_stream(call, (R.moe_combine(y, routing.inv_perm, weights),), buffers)
     for pdl in (True, False):
@@ -78,7 +78,8 @@ def test_side_stream_graph_compile(gen):
 
 # --- moe_routing -----------------------------------------------------------------------------------
 
-from fp8quant.moe import _routing as ROUTING, _routing_reference  # noqa: E402
+from fp8quant.moe import _routing as ROUTING  # noqa: E402
+from fp8quant.moe import _routing_reference  # noqa: E402
 
 
 def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
@@ -231,7 +232,7 @@ def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
     x = torch.randn(300, 2 * 1024, generator=gen, device="cuda").to(torch.bfloat16)
     empty = torch.empty(0, dtype=torch.int32, device="cuda")
     buffers = SILU.buffers(x, empty, empty, empty, 128, 128, "packed_ue8m0", True, 1e-10)
-    call = lambda out=None: fp8quant.silu_mul_quant(x, scale_layout="packed_ue8m0", out=out)  # noqa: E731
+    call = lambda out=None: fp8quant.silu_mul_quant(x, scale_layout="packed_ue8m0", out=out)
     check_side_stream(call, R.silu_mul_quant(x, scale_layout="packed_ue8m0"), buffers)
     for pdl in (True, False):
         with pdl_setting(pdl):
@@ -313,7 +314,7 @@ def test_dispatch_strided_tokens_graph(gen):
     x = torch.randn(64, 1024, generator=gen, device="cuda").to(torch.bfloat16)
     buffers = DISPATCH.buffers(*dispatch_args(x, routing, "contiguous", None, "mn_tma", False))
     written = dispatch_written(buffers, routing, "contiguous", None)
-    call = lambda out=None: fp8quant.moe_dispatch_quant(x, routing, out=out)  # noqa: E731
+    call = lambda out=None: fp8quant.moe_dispatch_quant(x, routing, out=out)
     check_side_stream(call, R.moe_dispatch_quant(x, routing), buffers, written=written)
     for pdl in (True, False):
         with pdl_setting(pdl):

@@ -9,6 +9,7 @@ import torch
 
 import fp8quant
 from fp8quant.gemm import calc_diff
+from fp8quant.grouped_gemm import kernel_config
 from fp8quant.moe_layer import AUTO_PLAN, LAYOUT_BY_TOKENS, choose_layout, moe_layer_bf16, plan, segment_align
 
 
@@ -113,9 +114,16 @@ def test_argument_errors(change, error, match):
 def test_segment_align_follows_the_gemm_tiles():
     """The Triton GEMM's contiguous segments are padded to its tile height, so no tile is all
     padding; DeepGEMM's and every masked layout keep 128."""
-    from fp8quant.grouped_gemm import kernel_config
-
     for expected_m, rows in ((1, 16), (16, 16), (17, 64), (64, 64), (65, 128), (4096, 128)):
-        assert segment_align("triton", "contiguous", expected_m) == rows == kernel_config(expected_m, contiguous=True).block_m
-        for backend, layout in (("triton", "masked"), ("deep_gemm", "contiguous"), ("deep_gemm", "masked"), ("reference", "contiguous")):
+        assert (
+            segment_align("triton", "contiguous", expected_m)
+            == rows
+            == kernel_config(expected_m, contiguous=True).block_m
+        )
+        for backend, layout in (
+            ("triton", "masked"),
+            ("deep_gemm", "contiguous"),
+            ("deep_gemm", "masked"),
+            ("reference", "contiguous"),
+        ):
             assert segment_align(backend, layout, expected_m) == 128

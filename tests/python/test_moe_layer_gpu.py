@@ -5,7 +5,6 @@ an output, and CUDA-graph capture with static bounds. Marked ``gpu``."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -81,7 +80,11 @@ def test_garbage_never_reaches_an_output(layout, backend):
         fp8quant.moe_dispatch_quant(x, routing, **kw, out=(q1, s1))
         (y1,) = filled((torch.empty((*rows, two_i), dtype=torch.bfloat16, device="cuda"),))
         _gemm(backend, layout, (q1, s1), q13, y1, index, 1)
-        skw = {"masked_m": routing.counts} if masked else {"m_indices": routing.m_indices, "row_offsets": routing.row_offsets}
+        skw = (
+            {"masked_m": routing.counts}
+            if masked
+            else {"m_indices": routing.m_indices, "row_offsets": routing.row_offsets}
+        )
         q2_, s2 = filled(fp8quant.silu_mul_quant(y1, **skw))
         fp8quant.silu_mul_quant(y1, **skw, out=(q2_, s2))
         (y2,) = filled((torch.empty((*rows, h), dtype=torch.bfloat16, device="cuda"),))

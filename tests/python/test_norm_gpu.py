@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import fp8quant
-from fp8quant import reference as R
-from fp8quant.norm import _add_norm, _add_norm_quant, _norm, _norm_quant
 from gpu_harness import (
     assert_bitwise_equal,
     assert_direct_eager_call,
@@ -23,6 +19,10 @@ from gpu_harness import (
     check_side_stream,
     pdl_setting,
 )
+
+import fp8quant
+from fp8quant import reference as R
+from fp8quant.norm import _add_norm, _add_norm_quant, _norm, _norm_quant
 
 pytestmark = pytest.mark.gpu
 
@@ -163,7 +163,8 @@ def test_stream_graph_compile(gen):
             assert_bitwise_equal(call.residual, R.rms_norm(x, w, EPS, residual=res0)[1], "residual after the replay")
     torch._dynamo.reset()
     fn = torch.compile(
-        lambda x, w, r: fp8quant.rms_norm_quant(x * 2, w, EPS, residual=r, scale_layout="mn_tma"), fullgraph=True,
+        lambda x, w, r: fp8quant.rms_norm_quant(x * 2, w, EPS, residual=r, scale_layout="mn_tma"),
+        fullgraph=True,
         dynamic=True,
     )
     res = res0.clone()

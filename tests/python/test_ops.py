@@ -125,15 +125,49 @@ def test_out_writes_whole_buffers():
     [
         (lambda x: (torch.empty_like(x), None), TypeError, r"^out\[1\] \(s\) must be a torch\.Tensor, got NoneType$"),
         (lambda x: (torch.empty_like(x),), TypeError, r"^out must be a \(y, s\) pair of tensors$"),
-        (lambda x: (x.double(), torch.empty(16).as_strided((5, 2), (1, 8))), TypeError, r"^out\[0\] \(y\) must be torch\.float32, got torch\.float64$"),
-        (lambda x: (torch.empty(5, 9), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must have shape \(5, 8\), got \(5, 9\)$"),
-        (lambda x: (torch.empty(8, 5).t(), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must have a contiguous last dimension"),
-        (lambda x: (torch.empty_like(x), torch.empty(5, 2)), ValueError, r"^out\[1\] \(s\) must have strides \(1, 8\) for the toy layout, got \(2, 1\)$"),
-        (lambda x: (torch.empty_like(x), torch.empty_strided((5, 2), (1, 8))), ValueError, r"^out\[1\] \(s\) needs 64 bytes of storage from its start \(padding included\) for the toy layout"),
-        (lambda x: (torch.empty(1, 8).expand(5, 8), torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) must not overlap itself, got strides \(0, 1\)$"),
+        (
+            lambda x: (x.double(), torch.empty(16).as_strided((5, 2), (1, 8))),
+            TypeError,
+            r"^out\[0\] \(y\) must be torch\.float32, got torch\.float64$",
+        ),
+        (
+            lambda x: (torch.empty(5, 9), torch.empty(16).as_strided((5, 2), (1, 8))),
+            ValueError,
+            r"^out\[0\] \(y\) must have shape \(5, 8\), got \(5, 9\)$",
+        ),
+        (
+            lambda x: (torch.empty(8, 5).t(), torch.empty(16).as_strided((5, 2), (1, 8))),
+            ValueError,
+            r"^out\[0\] \(y\) must have a contiguous last dimension",
+        ),
+        (
+            lambda x: (torch.empty_like(x), torch.empty(5, 2)),
+            ValueError,
+            r"^out\[1\] \(s\) must have strides \(1, 8\) for the toy layout, got \(2, 1\)$",
+        ),
+        (
+            lambda x: (torch.empty_like(x), torch.empty_strided((5, 2), (1, 8))),
+            ValueError,
+            r"^out\[1\] \(s\) needs 64 bytes of storage from its start \(padding included\) for the toy layout",
+        ),
+        (
+            lambda x: (torch.empty(1, 8).expand(5, 8), torch.empty(16).as_strided((5, 2), (1, 8))),
+            ValueError,
+            r"^out\[0\] \(y\) must not overlap itself, got strides \(0, 1\)$",
+        ),
         (lambda x: (x, torch.empty(16).as_strided((5, 2), (1, 8))), ValueError, r"^out\[0\] \(y\) overlaps x"),
     ],
-    ids=["not-a-tensor", "too-few", "dtype", "shape", "last-dim", "strides", "storage", "self-overlap", "overlaps-input"],
+    ids=[
+        "not-a-tensor",
+        "too-few",
+        "dtype",
+        "shape",
+        "last-dim",
+        "strides",
+        "storage",
+        "self-overlap",
+        "overlaps-input",
+    ],
 )
 def test_out_checks_name_the_output(make, error, message):
     x = x_of()
@@ -193,7 +227,9 @@ def test_compiled_public_out_of_padded_output_is_refused():
     x = x_of()
     y, s = torch.empty_like(x), torch.empty(16).as_strided((5, 2), (1, 8))
     fn = torch.compile(lambda x, y, s: TOY(x, 3.0, out=(y, s)), fullgraph=True, backend="aot_eager")
-    with pytest.raises(Exception, match=r"out\[1\] \(s\): out= with a padded buffer for the toy layout cannot be compiled"):
+    with pytest.raises(
+        Exception, match=r"out\[1\] \(s\): out= with a padded buffer for the toy layout cannot be compiled"
+    ):
         fn(x, y, s)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from handmath import full_buffer
 
 import fp8quant
 from fp8quant import _ext, reference
-from handmath import full_buffer
 
 
 def in_layout(values: torch.Tensor, layout: str) -> torch.Tensor:

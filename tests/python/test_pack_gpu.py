@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting
 
 import fp8quant
 from fp8quant import pack, reference
 from fp8quant.weights import _requantize as REQUANT
-from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +32,9 @@ def in_layout(values: torch.Tensor, layout: str) -> torch.Tensor:
 
 def random_scales(shape, gen) -> torch.Tensor:
     """Positive fp32 scales of many magnitudes, never a power of two by construction only."""
-    return torch.rand(shape, generator=gen, device="cuda") * 2.0 ** torch.randint(-60, 60, shape, generator=gen, device="cuda")
+    return torch.rand(shape, generator=gen, device="cuda") * 2.0 ** torch.randint(
+        -60, 60, shape, generator=gen, device="cuda"
+    )
 
 
 def pow2_scales(shape, gen) -> torch.Tensor:
@@ -59,7 +61,9 @@ def test_convert(m, src, dst, gen):
     for g in (3, 56) if m != 4097 else (7,):
         scale = in_layout(random_scales((m, g), gen), src)
         ref = reference.convert_scales(scale, src, dst)
-        check_op(lambda out=None: pack._convert(scale, src, dst, out=out), (ref,), pack._convert.buffers(scale, src, dst))
+        check_op(
+            lambda out=None: pack._convert(scale, src, dst, out=out), (ref,), pack._convert.buffers(scale, src, dst)
+        )
         assert torch.equal(fp8quant.convert_scales(scale, src, dst), ref)
 
 
@@ -151,7 +155,9 @@ def test_sm100_weight_scales(n, kb, gen):
 def test_sm100_weight_scales_experts_and_errors(gen):
     w_scale = pow2_scales((5, 3, 7), gen)  # 5 experts, N = 300
     ref = reference.sm100_weight_scales(w_scale, 300)
-    check_op(lambda out=None: pack._sm100(w_scale, 300, 128, out=out), flagged(ref), pack._sm100.buffers(w_scale, 300, 128))
+    check_op(
+        lambda out=None: pack._sm100(w_scale, 300, 128, out=out), flagged(ref), pack._sm100.buffers(w_scale, 300, 128)
+    )
     w_scale[2, 1, 6] = 0.75
     with pytest.raises(ValueError, match=r"^w_scale\[2, 1, 6\] = 0.75 is not a power of two"):
         fp8quant.sm100_weight_scales(w_scale, 300)
@@ -169,7 +175,9 @@ def test_weight_path_end_to_end(gen):
 
 def checkpoint(shape, gen) -> tuple[torch.Tensor, torch.Tensor]:
     """An fp8 weight with fp32 block scales as DeepSeek-V3 checkpoints hold them (scales not powers of two)."""
-    w = torch.randn(shape, generator=gen, device="cuda") * 10.0 ** torch.randint(-3, 3, (), generator=gen, device="cuda")
+    w = torch.randn(shape, generator=gen, device="cuda") * 10.0 ** torch.randint(
+        -3, 3, (), generator=gen, device="cuda"
+    )
     return fp8quant.per_block_quant(w.to(torch.bfloat16))
 
 
@@ -210,7 +218,9 @@ def test_requantize_keeps_power_of_two_blocks(gen):
 def test_side_stream(gen):
     scale = in_layout(pow2_scales((300, 7), gen), "mn_tma")
     ref = reference.pack_ue8m0(scale, "mn_tma")
-    check_side_stream(lambda out=None: pack._pack(scale, "mn_tma", out=out), flagged(ref), pack._pack.buffers(scale, "mn_tma"))
+    check_side_stream(
+        lambda out=None: pack._pack(scale, "mn_tma", out=out), flagged(ref), pack._pack.buffers(scale, "mn_tma")
+    )
     w, s = checkpoint((300, 400), gen)
     check_side_stream(
         lambda out=None: fp8quant.requantize_ue8m0(w, s, out=out), reference.requantize_ue8m0(w, s),

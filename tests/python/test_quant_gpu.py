@@ -20,6 +20,7 @@ an end-to-end torch._scaled_mm consumer check; and error reporting on the GPU pa
 All tests are marked ``gpu``: conftest.py skips them without a compute capability 9.0 or 10.x
 device. The whole file takes a few minutes on an H200 (torch.compile dominates).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,12 +28,6 @@ import math
 
 import pytest
 import torch
-
-import fp8quant
-from fp8quant import SCALE_FORMATS as FORMATS, reference
-from fp8quant._ext import LAYOUT_CODES
-from fp8quant.quant import _extension, _quant as QUANT
-from fp8quant._ops import Buffer
 from gpu_harness import (
     FP8,
     WORD_POISON,
@@ -40,13 +35,23 @@ from gpu_harness import (
     assert_bitwise_equal,
     assert_direct_eager_call,
     bits,
-    check_geometry as harness_check_geometry,
     check_graph,
     check_op,
     check_pdl_producer,
     check_side_stream,
     pdl_setting,
 )
+from gpu_harness import (
+    check_geometry as harness_check_geometry,
+)
+
+import fp8quant
+from fp8quant import SCALE_FORMATS as FORMATS
+from fp8quant import reference
+from fp8quant._ext import LAYOUT_CODES
+from fp8quant._ops import Buffer
+from fp8quant.quant import _extension
+from fp8quant.quant import _quant as QUANT
 
 pytestmark = pytest.mark.gpu
 
@@ -375,8 +380,10 @@ def test_batched_3d(layout, ue8m0, m, dtype, group_size, k, x_kind, gen):
     for i in range(b):
         _, ref_s = ref_quant(x[i], group_size, layout, ue8m0)
         assert_bitwise_equal(
-            buf[i * block : (i + 1) * block], full_buffer(ref_s, spec_of(x[i], group_size, layout)),
-            f"scale block of batch {i}", value_dtype=spec.dtype,
+            buf[i * block : (i + 1) * block],
+            full_buffer(ref_s, spec_of(x[i], group_size, layout)),
+            f"scale block of batch {i}",
+            value_dtype=spec.dtype,
         )
 
 
@@ -568,12 +575,18 @@ def test_more_than_2pow31_elements(gen):
     x.mul_((10.0 ** (torch.rand((m, 1), generator=gen, device="cuda") * 6 - 3)).to(torch.bfloat16))
     x[7, :128] = 0
     crossing = 2**31 // k
-    rows = torch.cat([
-        torch.arange(0, 8),
-        torch.randperm(m, generator=torch.Generator().manual_seed(0))[:256],
-        torch.arange(crossing - 2, crossing + 3),
-        torch.arange(m - 480, m),
-    ]).unique().cuda()
+    rows = (
+        torch.cat(
+            [
+                torch.arange(0, 8),
+                torch.randperm(m, generator=torch.Generator().manual_seed(0))[:256],
+                torch.arange(crossing - 2, crossing + 3),
+                torch.arange(m - 480, m),
+            ]
+        )
+        .unique()
+        .cuda()
+    )
     x_rows = x[rows]
     for layout, ue8m0, use_out in (("mn_tma", False, True), ("packed_ue8m0", True, False), ("row", False, False)):
         spec = spec_of(x, 128, layout)
@@ -586,9 +599,7 @@ def test_more_than_2pow31_elements(gen):
             q, s = quant(x, 128, layout, ue8m0)
             check_geometry(q, s, x, spec)
         ref_q, ref_s = ref_quant(x_rows, 128, layout, ue8m0)
-        assert_bitwise_equal(
-            bits(q)[rows], ref_q, f"{layout}: q of sampled rows", x=x_rows, value_dtype=FP8
-        )
+        assert_bitwise_equal(bits(q)[rows], ref_q, f"{layout}: q of sampled rows", x=x_rows, value_dtype=FP8)
         assert_bitwise_equal(s[rows], ref_s, f"{layout}: scales of sampled rows", value_dtype=spec.dtype)
         buf = full_buffer(s, spec)
         assert not bool((buf == SCALE_POISON).any()), f"{layout}: scale buffer not fully written"
@@ -612,7 +623,9 @@ def quant_call(x, group_size, layout, ue8m0, eps=DEFAULT_EPS):
 @pytest.mark.parametrize("layout,ue8m0", FEW_FORMATS)
 def test_non_default_stream(layout, ue8m0, gen):
     x = make_input((129, 7168), torch.bfloat16, 128, gen, special=True)
-    check_side_stream(quant_call(x, 128, layout, ue8m0), ref_quant(x, 128, layout, ue8m0), buffers_of(x, 128, layout), x=x)
+    check_side_stream(
+        quant_call(x, 128, layout, ue8m0), ref_quant(x, 128, layout, ue8m0), buffers_of(x, 128, layout), x=x
+    )
 
 
 def test_enqueued_on_current_stream(gen):

@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
+from handmath import e4m3_byte, f32_round, full_buffer
 
 import fp8quant
 from fp8quant import reference as R
-from handmath import e4m3_byte, f32_round, full_buffer
 
 FP8 = torch.float8_e4m3fn
 
@@ -83,7 +83,9 @@ def test_unpack_inverts_pack(layout, g):
     values[0, 0, 0] = 2.0**-127
     packed = R.pack_ue8m0(in_layout(values, layout), layout)
     back = R.unpack_ue8m0(packed, g, layout)
-    assert torch.equal(back, values) and torch.equal(full_buffer(back)[: back.untyped_storage().nbytes() // 4], full_buffer(in_layout(values, layout)))
+    assert torch.equal(back, values) and torch.equal(
+        full_buffer(back)[: back.untyped_storage().nbytes() // 4], full_buffer(in_layout(values, layout))
+    )
 
 
 def test_unpack_errors():

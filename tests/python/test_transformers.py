@@ -68,7 +68,9 @@ def test_quantize_writes_fp8quant_weights(arch):
         old = bf16.get_submodule(name)
         if isinstance(module, fg.FP8Linear):
             q, s = fp8quant.per_block_quant(old.weight.contiguous())
-            assert torch.equal(module.weight.view(torch.uint8), q.view(torch.uint8)) and torch.equal(module.weight_scale_inv, s)
+            assert torch.equal(module.weight.view(torch.uint8), q.view(torch.uint8)) and torch.equal(
+                module.weight_scale_inv, s
+            )
             linears += 1
         elif isinstance(module, fg.FP8Experts):
             for proj in ("gate_up_proj", "down_proj"):
@@ -97,7 +99,9 @@ def test_enable_runs_every_fp8_matmul_on_fp8quant(arch):
         if isinstance(old, fg.FP8Linear):
             assert isinstance(new, fqt.FP8QuantLinear)
             x = torch.randn(5, 3, old.in_features, generator=gen).to(torch.bfloat16)
-            want = fp8quant.linear(x, fp8quant.prepare_weight((old.weight, old.weight_scale_inv)), out_dtype=torch.bfloat16)
+            want = fp8quant.linear(
+                x, fp8quant.prepare_weight((old.weight, old.weight_scale_inv)), out_dtype=torch.bfloat16
+            )
             assert torch.equal(new(x), want)
         else:
             assert new is old and model.config._experts_implementation == fqt.EXPERTS_IMPLEMENTATION
@@ -198,7 +202,9 @@ def test_refusals(monkeypatch):
     from transformers.integrations import finegrained_fp8  # noqa: PLC0415
 
     monkeypatch.delattr(finegrained_fp8, "FineGrainedFP8")
-    with pytest.raises(RuntimeError, match=r"lacks the FineGrainedFP8 names .*\(FineGrainedFP8\); tested with transformers 5\.17$"):
+    with pytest.raises(
+        RuntimeError, match=r"lacks the FineGrainedFP8 names .*\(FineGrainedFP8\); tested with transformers 5\.17$"
+    ):
         fqt.enable(model)
 
 
@@ -214,7 +220,11 @@ def test_fused_norms(arch):
     unfused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)), fuse_norms=False)
     fused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)))
     names = sorted(n for n, m in fused.named_modules() if isinstance(m, fqt.FP8QuantRMSNorm))
-    want = ["model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm", "model.layers.1.input_layernorm"]
+    want = [
+        "model.layers.0.input_layernorm",
+        "model.layers.0.post_attention_layernorm",
+        "model.layers.1.input_layernorm",
+    ]
     if arch == "deepseek_v3":
         want += ["model.layers.0.self_attn.q_a_layernorm", "model.layers.1.self_attn.q_a_layernorm"]
     assert names == sorted(want)

@@ -13,9 +13,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from fp8quant.bench.model import build, model_config  # noqa: E402
 from fp8quant.gemm import _have_deep_gemm, calc_diff  # noqa: E402
 from fp8quant.integrations import transformers as fqt  # noqa: E402
-from fp8quant.bench.model import build, model_config  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -42,8 +42,10 @@ def test_real_dims_within_the_floor(arch, backend, moe_backend):
     low = floor(input_ids=ids, use_cache=False).logits.float()
     assert torch.isfinite(got).all()
     ours, bound = calc_diff(got, ref), calc_diff(low, ref)
-    print(f"{arch} {backend}/{moe_backend} ({recipes}, DeepGEMM imports: {_have_deep_gemm()}): calc_diff against "
-          f"bf16 {ours:.3e}, the floor {bound:.3e}")
+    print(
+        f"{arch} {backend}/{moe_backend} ({recipes}, DeepGEMM imports: {_have_deep_gemm()}): calc_diff against "
+        f"bf16 {ours:.3e}, the floor {bound:.3e}"
+    )
     assert ours <= 1.1 * bound
     out = fp8.generate(ids[:, :16], max_new_tokens=8, do_sample=False)
     assert out.shape == (1, 24)

@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from handmath import full_buffer
 
 import fp8quant
 from fp8quant import empty_scale, per_token_group_quant, reference, scale_spec
 from fp8quant._ext import _C
-from handmath import full_buffer
 
 FP8 = torch.float8_e4m3fn
 LAYOUTS = fp8quant.SCALE_LAYOUTS
@@ -51,7 +51,9 @@ def test_x_rank(shape):
 
 @pytest.mark.parametrize("k, group_size", [(0, 128), (100, 32), (192, 128), (96, 64), (16, 32)])
 def test_k_not_a_multiple(k, group_size):
-    with pytest.raises(ValueError, match=rf"x\.shape\[-1\] \(K={k}\) must be a positive multiple of group_size \({group_size}\)"):
+    with pytest.raises(
+        ValueError, match=rf"x\.shape\[-1\] \(K={k}\) must be a positive multiple of group_size \({group_size}\)"
+    ):
         per_token_group_quant(torch.ones(4, k), group_size)
 
 
@@ -202,13 +204,21 @@ def test_out_q_last_dim_not_contiguous():
 
 @pytest.mark.parametrize(
     "layout, dtype",
-    [("row", torch.int32), ("mn", torch.float64), ("mn_tma", torch.bfloat16), ("packed_ue8m0", torch.float32), ("packed_ue8m0", torch.uint8)],
+    [
+        ("row", torch.int32),
+        ("mn", torch.float64),
+        ("mn_tma", torch.bfloat16),
+        ("packed_ue8m0", torch.float32),
+        ("packed_ue8m0", torch.uint8),
+    ],
 )
 def test_out_scale_dtype(layout, dtype):
     x = randn(4, 1024)
     q, s = good_out(x, layout)
     bad = torch.zeros(s.shape, dtype=dtype).as_strided(s.shape, s.stride())
-    with pytest.raises(TypeError, match=rf"^out\[1\] \(scale\) must be torch\.\w+ for scale_layout='{layout}', got {dtype}"):
+    with pytest.raises(
+        TypeError, match=rf"^out\[1\] \(scale\) must be torch\.\w+ for scale_layout='{layout}', got {dtype}"
+    ):
         per_token_group_quant(x, scale_layout=layout, out=(q, bad))
 
 
@@ -218,7 +228,9 @@ def test_out_scale_shape(layout):
     q, s = good_out(x, layout)
     for shape in [(5, s.shape[1] + 1), (4, s.shape[1]), (1, 5, s.shape[1]), (s.shape[1], 5)]:
         bad = torch.empty(shape, dtype=s.dtype)
-        with pytest.raises(ValueError, match=rf"^out\[1\] \(scale\) must have shape {re_tuple(s.shape)} for scale_layout='{layout}'"):
+        with pytest.raises(
+            ValueError, match=rf"^out\[1\] \(scale\) must have shape {re_tuple(s.shape)} for scale_layout='{layout}'"
+        ):
             per_token_group_quant(x, scale_layout=layout, out=(q, bad))
 
 
@@ -234,7 +246,9 @@ def test_out_scale_strides(layout, wrong_stride):
     x = randn(5, 1024)  # G = 8, P = 2
     q, s = good_out(x, layout)
     bad = torch.empty(1000, dtype=s.dtype).as_strided(s.shape, wrong_stride)
-    with pytest.raises(ValueError, match=rf"^out\[1\] \(scale\) must have strides {re_tuple(s.stride())} for scale_layout='{layout}'"):
+    with pytest.raises(
+        ValueError, match=rf"^out\[1\] \(scale\) must have strides {re_tuple(s.stride())} for scale_layout='{layout}'"
+    ):
         per_token_group_quant(x, scale_layout=layout, out=(q, bad))
 
 
@@ -400,9 +414,24 @@ def test_extension_rejects_cpu_tensors(layout):
 @pytest.mark.parametrize(
     "layout, bad_shape, bad_stride, expected",
     [
-        ("mn_tma", (5, 2), (2, 1), r"expected shape \(5, 2\) with strides \(1, 8\) for this layout, got shape \(5, 2\) with strides \(2, 1\)"),
-        ("mn", (5, 3), (1, 5), r"expected shape \(5, 2\) with strides \(1, 5\) for this layout, got shape \(5, 3\) with strides \(1, 5\)"),
-        ("packed_ue8m0", (5, 1), (2, 1), r"expected shape \(5, 1\) with strides \(1, 8\) for this layout, got shape \(5, 1\) with strides \(2, 1\)"),
+        (
+            "mn_tma",
+            (5, 2),
+            (2, 1),
+            r"expected shape \(5, 2\) with strides \(1, 8\) for this layout, got shape \(5, 2\) with strides \(2, 1\)",
+        ),
+        (
+            "mn",
+            (5, 3),
+            (1, 5),
+            r"expected shape \(5, 2\) with strides \(1, 5\) for this layout, got shape \(5, 3\) with strides \(1, 5\)",
+        ),
+        (
+            "packed_ue8m0",
+            (5, 1),
+            (2, 1),
+            r"expected shape \(5, 1\) with strides \(1, 8\) for this layout, got shape \(5, 1\) with strides \(2, 1\)",
+        ),
     ],
 )
 def test_extension_scale_message_says_what_it_expected(layout, bad_shape, bad_stride, expected):
@@ -418,7 +447,9 @@ def test_extension_scale_message_says_what_it_expected(layout, bad_shape, bad_st
 @pytest.mark.skipif(_C is None, reason="fp8quant._C is not built")
 def test_extension_q_message_shows_both_shapes():
     x, q = randn(5, 256), torch.empty(5, 128, dtype=torch.uint8)
-    with pytest.raises(ValueError, match=r"^q: must have the shape of x shape \(5, 256\) with strides \(256, 1\), got shape \(5, 128\)"):
+    with pytest.raises(
+        ValueError, match=r"^q: must have the shape of x shape \(5, 256\) with strides \(256, 1\), got shape \(5, 128\)"
+    ):
         _C.per_token_group_quant(x, q, empty_scale("row", 5, 2), 0, False, 128, 1e-10, 0)
 
 

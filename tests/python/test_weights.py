@@ -9,10 +9,10 @@ import math
 
 import pytest
 import torch
+from handmath import expected_group
 
 import fp8quant
 from fp8quant import reference
-from handmath import expected_group
 
 FP8 = torch.float8_e4m3fn
 
@@ -116,9 +116,21 @@ def test_out_and_strided_q():
         ({"ue8m0": None}, TypeError, r"^ue8m0 must be a bool"),
         ({"eps": 0.0}, ValueError, r"^eps must be a positive float32 number"),
         ({"eps": 1e-45}, ValueError, r"^eps must be a positive float32 number"),
-        ({"out": (torch.empty(4, 256, dtype=FP8), torch.empty(1, 3))}, ValueError, r"^out\[1\] \(scale\) must have shape \(1, 2\)"),
-        ({"out": (torch.empty(4, 256, dtype=torch.uint8), torch.empty(1, 2))}, TypeError, r"^out\[0\] \(q\) must be torch\.float8_e4m3fn"),
-        ({"w": torch.ones(256, 256), "out": (torch.empty(256, 256, dtype=FP8), torch.empty(2, 2).t())}, ValueError, r"^out\[1\] \(scale\) must have strides \(2, 1\) \(contiguous block scales\), got \(1, 2\)"),
+        (
+            {"out": (torch.empty(4, 256, dtype=FP8), torch.empty(1, 3))},
+            ValueError,
+            r"^out\[1\] \(scale\) must have shape \(1, 2\)",
+        ),
+        (
+            {"out": (torch.empty(4, 256, dtype=torch.uint8), torch.empty(1, 2))},
+            TypeError,
+            r"^out\[0\] \(q\) must be torch\.float8_e4m3fn",
+        ),
+        (
+            {"w": torch.ones(256, 256), "out": (torch.empty(256, 256, dtype=FP8), torch.empty(2, 2).t())},
+            ValueError,
+            r"^out\[1\] \(scale\) must have strides \(2, 1\) \(contiguous block scales\), got \(1, 2\)",
+        ),
     ],
 )
 def test_argument_errors(kwargs, error, message):
@@ -155,7 +167,9 @@ def test_fake_and_compile():
         assert q.shape == (300, 200) and s.shape == (3, 2) and s.stride() == (2, 1)
     torch._dynamo.reset()
     w = randn(300, 200, seed=9)
-    fn = torch.compile(lambda w: fp8quant.per_block_quant(w * 1, ue8m0=True), fullgraph=True, backend="aot_eager", dynamic=True)
+    fn = torch.compile(
+        lambda w: fp8quant.per_block_quant(w * 1, ue8m0=True), fullgraph=True, backend="aot_eager", dynamic=True
+    )
     q, s = fn(w)
     rq, rs = reference.per_block_quant(w, ue8m0=True)
     assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)

@@ -10,11 +10,11 @@ import math
 
 import pytest
 import torch
+from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting
 
 import fp8quant
 from fp8quant import reference
 from fp8quant.weights import _block_quant as OP
-from gpu_harness import check_graph, check_op, check_side_stream, pdl_setting
 
 pytestmark = pytest.mark.gpu
 
@@ -102,7 +102,9 @@ def test_unaligned(case, dtype, gen):
 def test_side_stream(gen):
     w = make_weight((1000, 1000), torch.bfloat16, gen)
     refs = reference.per_block_quant(w)
-    check_side_stream(lambda out=None: fp8quant.per_block_quant(w, out=out), refs, OP.buffers(w, 128, 128, False, 1e-4), x=w)
+    check_side_stream(
+        lambda out=None: fp8quant.per_block_quant(w, out=out), refs, OP.buffers(w, 128, 128, False, 1e-4), x=w
+    )
 
 
 @pytest.mark.parametrize("pdl", [True, False], ids=["pdl_on", "pdl_off"])

@@ -24,13 +24,25 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
 
-SYSTEM = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0", "libgcc_s.so.1",
-          "libstdc++.so.6", "ld-linux-x86-64.so.2"}
-REQUIRED = ["fp8quant/include/fp8quant/fp8quant.h", "fp8quant/include/fp8quant/common.h",
-            "fp8quant/include/fp8quant/quant.h", "fp8quant/include/fp8quant/fp8quant.hpp",
-            "fp8quant/lib/cmake/fp8quant/fp8quantConfig.cmake",
-            "fp8quant/lib/cmake/fp8quant/fp8quantConfigVersion.cmake",
-            "fp8quant/lib/cmake/fp8quant/fp8quantTargets.cmake"]
+SYSTEM = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "libstdc++.so.6",
+    "ld-linux-x86-64.so.2",
+}
+REQUIRED = [
+    "fp8quant/include/fp8quant/fp8quant.h",
+    "fp8quant/include/fp8quant/common.h",
+    "fp8quant/include/fp8quant/quant.h",
+    "fp8quant/include/fp8quant/fp8quant.hpp",
+    "fp8quant/lib/cmake/fp8quant/fp8quantConfig.cmake",
+    "fp8quant/lib/cmake/fp8quant/fp8quantConfigVersion.cmake",
+    "fp8quant/lib/cmake/fp8quant/fp8quantTargets.cmake",
+]
 
 
 def dynamic_tags(data: bytes) -> tuple[list[str], list[str]]:

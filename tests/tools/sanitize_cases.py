@@ -28,7 +28,9 @@ def check(x: torch.Tensor, group_size: int, layout: str, ue8m0: bool) -> bool:
     rq, rs = fp8quant.reference.per_token_group_quant(x, group_size, scale_layout=layout, ue8m0=ue8m0)
     numel = fp8quant.scale_spec(layout, x.shape[-2], x.shape[-1] // group_size, tuple(x.shape[:-2])).numel
     same_q = torch.equal(q.view(torch.uint8), rq.view(torch.uint8))
-    same_s = torch.equal(s.as_strided((numel,), (1,)).view(torch.int32), rs.as_strided((numel,), (1,)).view(torch.int32))
+    same_s = torch.equal(
+        s.as_strided((numel,), (1,)).view(torch.int32), rs.as_strided((numel,), (1,)).view(torch.int32)
+    )
     return same_q and same_s
 
 
@@ -86,11 +88,20 @@ def run_cases() -> tuple[int, int]:
         cases += 1
     # One kernel up to 512 experts (the last with 65536 slots), two kernels past; the third and the
     # last overflow both bounds
-    for t, k, e, rows, max_m in ((0, 8, 8, 0, 0), (7, 2, 8, 2000, 14), (4096, 8, 256, 20000, 60),
-                                 (5, 8, 513, 70000, 5), (8192, 8, 16, 30000, 100)):
+    for t, k, e, rows, max_m in (
+        (0, 8, 8, 0, 0),
+        (7, 2, 8, 2000, 14),
+        (4096, 8, 256, 20000, 60),
+        (5, 8, 513, 70000, 5),
+        (8192, 8, 16, 30000, 100),
+    ):
         failures += not check_routing(t, k, e, rows, max_m, gen)
         cases += 1
-    for m, h, layout, residual in ((1, 128, "packed_ue8m0", True), (5, 7168, "mn_tma", False), (130, 16384, "row", True)):
+    for m, h, layout, residual in (
+        (1, 128, "packed_ue8m0", True),
+        (5, 7168, "mn_tma", False),
+        (130, 16384, "row", True),
+    ):
         failures += not check_norm(m, h, layout, residual, gen)
         cases += 1
     torch.cuda.synchronize()
@@ -100,7 +111,9 @@ def run_cases() -> tuple[int, int]:
 def check_weights(w: torch.Tensor, ue8m0: bool) -> bool:
     q, s = fp8quant.per_block_quant(w, ue8m0=ue8m0)
     rq, rs = fp8quant.reference.per_block_quant(w, ue8m0=ue8m0)
-    return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s.view(torch.int32), rs.view(torch.int32))
+    return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(
+        s.view(torch.int32), rs.view(torch.int32)
+    )
 
 
 def check_requantize(w: torch.Tensor) -> bool:

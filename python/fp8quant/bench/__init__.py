@@ -147,14 +147,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     inputs = parser.add_argument_group("input and scales")
-    inputs.add_argument(
-        "--dtype", choices=tuple(DTYPES), help="input dtype (default: bf16; --norm: bf16 or fp16)"
-    )
+    inputs.add_argument("--dtype", choices=tuple(DTYPES), help="input dtype (default: bf16; --norm: bf16 or fp16)")
     inputs.add_argument(
         "--formats",
         metavar="NAME[,NAME...]",
-        help="scale formats (default mode; default: all of " + ", ".join(format_names()) + "; on the CPU: "
-        + ", ".join(LAYOUTS_CPU) + "); --host-overhead: one scale layout (default mn_tma)",
+        help="scale formats (default mode; default: all of "
+        + ", ".join(format_names())
+        + "; on the CPU: "
+        + ", ".join(LAYOUTS_CPU)
+        + "); --host-overhead: one scale layout (default mn_tma)",
     )
     inputs.add_argument(
         "--group-size", type=int, choices=GROUP_SIZES, help="elements per group (default mode; default: 128)"

@@ -386,8 +386,13 @@ def _silu(y: torch.Tensor, live: torch.Tensor | None, mode: int) -> tuple[torch.
     batch, rows = (y.shape[0], y.shape[1]) if batched else (1, y.shape[0])
     if mode:
         want = (batch,) if batched else (rows,)
-        if (not isinstance(live, torch.Tensor) or live.dtype != torch.int32 or tuple(live.shape) != want
-                or not live.is_contiguous() or live.device != y.device):
+        if (
+            not isinstance(live, torch.Tensor)
+            or live.dtype != torch.int32
+            or tuple(live.shape) != want
+            or not live.is_contiguous()
+            or live.device != y.device
+        ):
             name = "masked_m" if batched else "m_indices"
             raise ValueError(f"{name} must be a contiguous int32 tensor {list(want)} on {y.device}")
     q = torch.empty((*y.shape[:-1], inter), dtype=FP8_DTYPE, device=y.device)

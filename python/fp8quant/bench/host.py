@@ -75,10 +75,13 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
         "empty Python custom_op": lambda: noop(x),
         "per_token_group_quant": lambda: per_token_group_quant(x, 128, scale_layout=layout),
         "per_token_group_quant(out=)": lambda: per_token_group_quant(x, 128, scale_layout=layout, out=(q, s)),
-        "torch.ops.fp8quant (dispatcher)": lambda: torch.ops.fp8quant.per_token_group_quant(x, 128, layout, ue8m0, 1e-10),
+        "torch.ops.fp8quant (dispatcher)": lambda: torch.ops.fp8quant.per_token_group_quant(
+            x, 128, layout, ue8m0, 1e-10
+        ),
         "_C pointers (no checks in Python)": lambda: ext.per_token_group_quant_ptr(*raw_args),
-        "_C DLPack tensors": lambda: ext.per_token_group_quant(x, q.view(torch.uint8), s, _ext.LAYOUT_CODES[layout], ue8m0,
-                                                               128, 1e-10, stream),
+        "_C DLPack tensors": lambda: ext.per_token_group_quant(
+            x, q.view(torch.uint8), s, _ext.LAYOUT_CODES[layout], ue8m0, 128, 1e-10, stream
+        ),
     }
     if dtype != torch.float32 and k % 16 == 0 and k <= 16384:  # what the RMSNorm kernels take
         weight = torch.ones(k, dtype=dtype, device=device)

@@ -159,7 +159,9 @@ def run_model(args: argparse.Namespace) -> int:
     layers = args.layers or (CPU_LAYERS if tiny else LAYERS)
     if layers < 2:
         raise SystemExit(f"--layers must be >= 2 (the first layer is dense, the others MoE), got {layers}")
-    prefill = args.m or ((CPU_PREFILL_T if tiny else PREFILL_T)[:1] if args.quick else (CPU_PREFILL_T if tiny else PREFILL_T))
+    prefill = args.m or (
+        (CPU_PREFILL_T if tiny else PREFILL_T)[:1] if args.quick else (CPU_PREFILL_T if tiny else PREFILL_T)
+    )
     batches = (CPU_DECODE_BATCH if tiny else DECODE_BATCH)[: 1 if args.quick else None]
     prompt, vocab = (CPU_PROMPT, CPU_VOCAB) if tiny else (PROMPT, VOCAB)
     if tiny:
@@ -171,7 +173,9 @@ def run_model(args: argparse.Namespace) -> int:
     steps = len(prefill) + len(batches) + 1
     for i, t in enumerate(prefill, 1):
         print(f"[{i}/{steps}] prefill T={t}", flush=True)
-        rows.append((f"prefill T={t}", prefill_ms(bf16, t, vocab, timer, device), prefill_ms(fp8, t, vocab, timer, device), ""))
+        rows.append(
+            (f"prefill T={t}", prefill_ms(bf16, t, vocab, timer, device), prefill_ms(fp8, t, vocab, timer, device), "")
+        )
     for i, b in enumerate(batches, len(prefill) + 1):
         print(f"[{i}/{steps}] decode batch {b}", flush=True)
         ms_bf16, graphed_bf16 = decode_ms(bf16, b, prompt, vocab, timer, device)

@@ -64,7 +64,9 @@ def time_calls(call, sets: int, est_us: float) -> float:
     return timing.time_graph(call, sets, calls), calls
 
 
-def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int, weights) -> list[timing.Result]:
+def time_shape(
+    t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_bytes: int, weights
+) -> list[timing.Result]:
     device = torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator(device=device).manual_seed(t)
     w13, w2 = weights
@@ -100,12 +102,12 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
         y1 = torch.randn((EXPERTS, bounds.max_m, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
         add("silu masked", lambda i: silu_mul_quant(y1, masked_m=routing.counts), nbytes, est, 1)
         add("engines silu masked", lambda i: engines.engine_silu_quant_masked(y1, routing.counts), nbytes, est, 1)
-        del y1
+        y1 = None  # freed: the calls above ran
     y1 = torch.randn((bounds.max_m_sum, 2 * inter), device=device, generator=gen).to(torch.bfloat16)
     add("silu contiguous", lambda i: silu_mul_quant(y1, m_indices=routing.m_indices, row_offsets=routing.row_offsets),
         nbytes, est, 1)  # fmt: skip
     add("engines silu contiguous", lambda i: engines.engine_silu_quant(y1, routing.m_indices), nbytes, est, 1)
-    del y1
+    y1 = None  # freed: the calls above ran
 
     # Combine: the kept rows read, the output written
     y2 = torch.randn((bounds.max_m_sum, h), device=device, generator=gen).to(torch.bfloat16)
@@ -113,7 +115,7 @@ def time_shape(t: int, h: int, dtype: torch.dtype, copy_gbps: float, rotation_by
     est = max(timing.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
     add("combine", lambda i: moe_combine(y2, routing.inv_perm, w0), nbytes, est, 1)
     add("engines gather", lambda i: engines.engine_gather(y2, routing.inv_perm, w0), nbytes, est, 1)
-    del y2
+    y2 = None  # freed: the calls above ran
 
     # The layer
     floor_us = weight_bytes / (copy_gbps * 1e3)

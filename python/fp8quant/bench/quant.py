@@ -30,7 +30,8 @@ import torch
 
 from .. import __version__, reference
 from .._checks import FP8_DTYPE
-from ..layouts import SCALE_FORMATS as FORMATS, empty_scale, scale_spec
+from ..layouts import SCALE_FORMATS as FORMATS
+from ..layouts import empty_scale, scale_spec
 from ..quant import per_token_group_quant
 from .timing import (
     DTYPES,
@@ -48,7 +49,6 @@ from .timing import (
     rotation_sets,
     time_graph,
 )
-
 
 M_BASELINE = (1, 128, 4096, 32768)  # the shapes (at K_MAIN) where baselines run by default
 
@@ -181,7 +181,7 @@ def compile_baseline(work: Workload) -> Callable | None:
     try:
         compiled(work.xs[0], work.group_size)
         torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - any compiler failure just drops this baseline
+    except Exception as exc:
         progress(f"warning: torch.compile failed, skipping the torch.compile baseline from now on: {exc!r}")
         return None
     return compiled

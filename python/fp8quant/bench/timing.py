@@ -16,7 +16,6 @@ import torch
 
 from .. import __version__
 
-
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -231,8 +230,17 @@ def time_graph(call: Callable[[int], object], sets: int, calls: int) -> float:
 
 
 def fused_and_chain(
-    m: int, k: int, names: tuple[str, str], fused, chain, make_set, nbytes: int, set_bytes: int, copy_gbps: float,
-    rotation_bytes: int, chain_every: int,
+    m: int,
+    k: int,
+    names: tuple[str, str],
+    fused,
+    chain,
+    make_set,
+    nbytes: int,
+    set_bytes: int,
+    copy_gbps: float,
+    rotation_bytes: int,
+    chain_every: int,
 ) -> list[Result]:
     """Time ``fused(inputs)`` and the op chain ``chain(inputs)`` over rotated input sets from
     ``make_set()`` (``set_bytes`` each); the chain, several launches a call, runs ``chain_every``

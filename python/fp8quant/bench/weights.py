@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import timing
 from ..weights import per_block_quant, requantize_ue8m0
+from . import timing
 
 __all__ = ["SHAPES", "run_weights"]
 

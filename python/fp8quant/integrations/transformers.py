@@ -290,7 +290,11 @@ def fuse_rms_norms(model: nn.Module) -> list[str]:
         for norm_name, readers in table.items():
             norm = _submodule(layer, norm_name)
             linears = [_submodule(layer, r) for r in readers]
-            if norm is None or not hasattr(norm, "variance_epsilon") or not all(isinstance(m, FP8QuantLinear) for m in linears):
+            if (
+                norm is None
+                or not hasattr(norm, "variance_epsilon")
+                or not all(isinstance(m, FP8QuantLinear) for m in linears)
+            ):
                 continue
             formats = {m.weight.recipe.activation for m in linears}
             if len(formats) == 1 and norm.weight.dtype in (torch.bfloat16, torch.float16):
@@ -316,7 +320,9 @@ def _experts_weights(module: nn.Module) -> tuple[ExpertWeights, ExpertWeights]:
         if getattr(module, "swiglu_alpha", None) is not None or getattr(module, "limit", None) is not None:
             raise NotImplementedError(f"{where}: fp8quant's SiLU-and-mul has no clamped SwiGLU")
         if not isinstance(module.act_fn, nn.SiLU) and type(module.act_fn).__name__ != "SiLUActivation":
-            raise NotImplementedError(f"{where}: fp8quant's experts apply SiLU, this one {type(module.act_fn).__name__}")
+            raise NotImplementedError(
+                f"{where}: fp8quant's experts apply SiLU, this one {type(module.act_fn).__name__}"
+            )
         _check_block(module.block_size, where)
         _check_dynamic(module.activation_scheme, where)
         _check_scale(module.gate_up_proj_scale_inv, where)
@@ -334,7 +340,9 @@ def experts_forward(
     on ``hidden_states [T, H]`` and the router's ``top_k_index`` / ``top_k_weights [T, k]``."""
     w13, w2 = _experts_weights(self)
     x = hidden_states.to(torch.bfloat16)
-    out = moe_layer(x, top_k_index, top_k_weights.float(), w13, w2, backend=getattr(self, "_fp8quant_moe_backend", "auto"))
+    out = moe_layer(
+        x, top_k_index, top_k_weights.float(), w13, w2, backend=getattr(self, "_fp8quant_moe_backend", "auto")
+    )
     return out.to(hidden_states.dtype)
 
 

@@ -9,7 +9,6 @@ import torch
 from .._checks import FP8_DTYPE
 from ..layouts import ScaleSpec
 
-
 #: Largest finite float8_e4m3fn value.
 FP8_MAX = 448.0
 

@@ -27,7 +27,11 @@ def moe_routing(
     ``align``. ``max_m_sum`` fixes the number of contiguous rows (an upper bound on M_sum, so that
     a GPU caller needs no device-to-host read); ``max_m`` sizes the masked layout. A bound that
     is too small raises ValueError. See :class:`MoeRouting` for the outputs."""
-    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.dim() != 2:
+    if (
+        not isinstance(topk_ids, torch.Tensor)
+        or topk_ids.dtype not in (torch.int32, torch.int64)
+        or topk_ids.dim() != 2
+    ):
         raise TypeError("topk_ids must be an int32 or int64 tensor [T, k]")
     check_int(num_experts, "num_experts")
     check_int(expert_offset, "expert_offset", 0)

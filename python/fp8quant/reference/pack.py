@@ -9,7 +9,6 @@ from .._checks import check_packed_tensor, check_scale_tensor, check_weight_scal
 from ..layouts import scale_spec
 from ._core import _pack_bytes, _place_scales
 
-
 _FP32_LAYOUTS = ("row", "mn", "mn_tma")
 
 
