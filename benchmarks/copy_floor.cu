@@ -40,13 +40,13 @@
 #include "fp8quant/quant.h"
 #endif
 
-#define CHECK(expr)                                                                 \
-  do {                                                                              \
-    const cudaError_t err_ = (expr);                                                \
-    if (err_ != cudaSuccess) {                                                      \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_));     \
-      std::exit(1);                                                                 \
-    }                                                                               \
+#define CHECK(expr)                                                             \
+  do {                                                                          \
+    const cudaError_t err_ = (expr);                                            \
+    if (err_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_)); \
+      std::exit(1);                                                             \
+    }                                                                           \
   } while (0)
 
 namespace {
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) chain(const __grid_constant__ Args<k
   if constexpr ((kMode & kMath) != 0) {
     const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     uint32_t out[4];
-    const float s = quantize<(kMode & kRare) != 0>(w, p.eps, out);
+    const float s = quantize < (kMode & kRare) != 0 > (w, p.eps, out);
     p.q[t] = make_uint4(out[0], out[1], out[2], out[3]);
     if (t % 8 == 0) p.scale[t / 8] = s;
   } else {
@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
     const int n = static_cast<int>(q_bytes / 16);
     for (const bool rotate : {true, false}) {
       const size_t set_bytes = x_bytes + q_bytes + scale_bytes;
-      const int count = rotate ? static_cast<int>(std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 2, 512)) : 1;
+      const int count =
+          rotate ? static_cast<int>(std::clamp<size_t>((kRotationBytes + set_bytes - 1) / set_bytes, 2, 512)) : 1;
       Sets sets{std::vector<void*>(count), std::vector<void*>(count), std::vector<void*>(count)};
       for (int i = 0; i < count; ++i) {
         CHECK(cudaMalloc(&sets.x[i], x_bytes));
@@ -266,10 +267,10 @@ int main(int argc, char** argv) {
       CHECK(cudaDeviceSynchronize());
       const auto time = [&](auto call) { return time_chain(stream, count, [&](int i) { call(stream, n, sets, i); }); };
       std::printf("%6d %5s %5d %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f", m, rotate ? "DRAM" : "L2", count,
-                  time(launch<kEmpty>), time(launch<kCopy>), time(launch<kCopy | kPrefetch>),
-                  time(launch<kCopy | kPrefetch | kScales>), time(launch<kCopy | kPrefetch | kScales | kDelay>),
-                  time(launch<kCopy | kPrefetch | kMath>), time(launch<kCopy | kPrefetch | kMath | kRare>),
-                  time(launch<kCopy | kPrefetch | kMath, 8>));
+                  time(launch<kEmpty>), time(launch<kCopy>), time(launch < kCopy | kPrefetch >),
+                  time(launch < kCopy | kPrefetch | kScales >), time(launch < kCopy | kPrefetch | kScales | kDelay >),
+                  time(launch < kCopy | kPrefetch | kMath >), time(launch < kCopy | kPrefetch | kMath | kRare >),
+                  time(launch < kCopy | kPrefetch | kMath, 8 >));
 #ifdef WITH_FP8QUANT
       const auto quant = [&](fp8quant_scale_layout_t layout, int ue8m0) {
         return time_chain(stream, count, [&](int i) {

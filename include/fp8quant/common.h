@@ -9,9 +9,8 @@
 #ifndef FP8QUANT_COMMON_H_
 #define FP8QUANT_COMMON_H_
 
-#include <stdint.h>
-
 #include <cuda_runtime_api.h>
+#include <stdint.h>
 
 #if defined(_WIN32)
 #define FP8QUANT_API __declspec(dllexport)

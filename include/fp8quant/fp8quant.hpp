@@ -44,9 +44,9 @@ inline fp8quant_scale_shape_t scale_shape(fp8quant_scale_layout_t layout, int64_
  *        fp8quant_per_token_group_quant() for every argument and the strided, batched form;
  *        `eps` must be finite and at least `FLT_MIN`).
  */
-inline void per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t m, int64_t k, void* q,
-                                  void* scale, fp8quant_scale_layout_t scale_layout, int64_t group_size = 128,
-                                  bool ue8m0 = false, float eps = 1e-10f, cudaStream_t stream = nullptr) {
+inline void per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t m, int64_t k, void* q, void* scale,
+                                  fp8quant_scale_layout_t scale_layout, int64_t group_size = 128, bool ue8m0 = false,
+                                  float eps = 1e-10f, cudaStream_t stream = nullptr) {
   check(fp8quant_per_token_group_quant(x, x_dtype, 1, m, k, 0, k, q, 0, k, scale, scale_layout, ue8m0 ? 1 : 0,
                                        group_size, eps, stream));
 }

@@ -53,8 +53,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtyp
 /** @brief Bits of the routing status word. */
 typedef enum fp8quant_routing_status {
   FP8QUANT_ROUTING_OK = 0,
-  FP8QUANT_ROUTING_ROWS_OVERFLOW = 1,   /**< M_sum exceeded `rows`: slots past it got row -1. */
-  FP8QUANT_ROUTING_MAX_M_OVERFLOW = 2,  /**< An expert got more than `max_m` slots: those got -1. */
+  FP8QUANT_ROUTING_ROWS_OVERFLOW = 1,  /**< M_sum exceeded `rows`: slots past it got row -1. */
+  FP8QUANT_ROUTING_MAX_M_OVERFLOW = 2, /**< An expert got more than `max_m` slots: those got -1. */
 } fp8quant_routing_status_t;
 
 /**
@@ -90,10 +90,9 @@ typedef enum fp8quant_routing_status {
  */
 FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k,
                                                     int64_t num_experts, int64_t expert_offset, int64_t align,
-                                                    int64_t rows, int64_t max_m, int32_t* counts,
-                                                    int32_t* row_offsets, int32_t* m_indices, int32_t* row_token,
-                                                    int32_t* inv_perm, int32_t* masked_row, int32_t* status,
-                                                    cudaStream_t stream);
+                                                    int64_t rows, int64_t max_m, int32_t* counts, int32_t* row_offsets,
+                                                    int32_t* m_indices, int32_t* row_token, int32_t* inv_perm,
+                                                    int32_t* masked_row, int32_t* status, cudaStream_t stream);
 
 /**
  * @brief Fused SiLU-and-mul + group quantization: `y = silu(gate) * up` of `x [batch, m, 2n]`
@@ -123,10 +122,9 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int in
 FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
                                                        int64_t m, int64_t n, int64_t x_batch_stride,
                                                        int64_t x_row_stride, const int32_t* m_indices,
-                                                       const int32_t* used_rows, const int32_t* masked_m,
-                                                       int64_t align, void* q, int64_t q_batch_stride,
-                                                       int64_t q_row_stride, void* scale,
-                                                       fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                                       const int32_t* used_rows, const int32_t* masked_m, int64_t align,
+                                                       void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                                       void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float eps, cudaStream_t stream);
 
 /**
@@ -161,11 +159,13 @@ FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_d
  * @param max_m         Rows per expert of the masked layout, >= 1; 0 for the contiguous layout.
  * @param group_size    128.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(
-    const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride, const int32_t* slot_rows,
-    int64_t k, const int32_t* counts, const int32_t* row_offsets, int64_t experts, int64_t align, int64_t rows,
-    int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride, void* scale,
-    fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size, float eps, cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens,
+                                                           int64_t h, int64_t x_row_stride, const int32_t* slot_rows,
+                                                           int64_t k, const int32_t* counts, const int32_t* row_offsets,
+                                                           int64_t experts, int64_t align, int64_t rows, int64_t max_m,
+                                                           void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                                           void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                                           int64_t group_size, float eps, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -45,9 +45,9 @@ extern "C" {
  * @param stream               CUDA stream to enqueue on.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_rms_norm(const void* x, void* residual, const void* weight,
-                                                 fp8quant_dtype_t dtype, int64_t m, int64_t h,
-                                                 int64_t x_row_stride, int64_t residual_row_stride, float eps,
-                                                 void* y, int64_t y_row_stride, cudaStream_t stream);
+                                                 fp8quant_dtype_t dtype, int64_t m, int64_t h, int64_t x_row_stride,
+                                                 int64_t residual_row_stride, float eps, void* y, int64_t y_row_stride,
+                                                 cudaStream_t stream);
 
 /**
  * @brief fp8quant_rms_norm() fused with fp8quant_per_token_group_quant(): `y` is not written
@@ -72,8 +72,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_rms_norm(const void* x, void* residual, 
  */
 FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_quant(const void* x, void* residual, const void* weight,
                                                        fp8quant_dtype_t dtype, int64_t m, int64_t h,
-                                                       int64_t x_row_stride, int64_t residual_row_stride,
-                                                       float eps, void* q, int64_t q_row_stride, void* scale,
+                                                       int64_t x_row_stride, int64_t residual_row_stride, float eps,
+                                                       void* q, int64_t q_row_stride, void* scale,
                                                        fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float quant_eps, cudaStream_t stream);
 

@@ -44,9 +44,9 @@ extern "C" {
  * @param num_groups  Scales per row, > 0.
  * @param stream      CUDA stream to enqueue on.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quant_scale_layout_t src_layout,
-                                                       float* dst, fp8quant_scale_layout_t dst_layout, int64_t batch,
-                                                       int64_t m, int64_t num_groups, cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quant_scale_layout_t src_layout, float* dst,
+                                                       fp8quant_scale_layout_t dst_layout, int64_t batch, int64_t m,
+                                                       int64_t num_groups, cudaStream_t stream);
 
 /**
  * @brief Pack power-of-two fp32 scales `[batch, m, num_groups]` into FP8QUANT_SCALE_PACKED_UE8M0:
@@ -62,8 +62,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quan
  *                       packable power of two (see the file comment).
  * @param stream         CUDA stream to enqueue on.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t src_layout,
-                                                   int32_t* dst, int64_t batch, int64_t m, int64_t num_groups,
+FP8QUANT_API fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t src_layout, int32_t* dst,
+                                                   int64_t batch, int64_t m, int64_t num_groups,
                                                    uint64_t* first_invalid, cudaStream_t stream);
 
 /**
@@ -78,10 +78,9 @@ FP8QUANT_API fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_sc
  * @param first_invalid  Optional (may be null): lowered to the index of a UE8M0 NaN byte 0xFF.
  * @param stream         CUDA stream to enqueue on.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_unpack_ue8m0(const int32_t* src, float* dst,
-                                                     fp8quant_scale_layout_t dst_layout, int64_t batch, int64_t m,
-                                                     int64_t num_groups, uint64_t* first_invalid,
-                                                     cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_unpack_ue8m0(const int32_t* src, float* dst, fp8quant_scale_layout_t dst_layout,
+                                                     int64_t batch, int64_t m, int64_t num_groups,
+                                                     uint64_t* first_invalid, cudaStream_t stream);
 
 /**
  * @brief DeepGEMM SM100's weight scales: power-of-two per-block scales `w_scale`

@@ -31,20 +31,20 @@ extern "C" {
  * Batch `b` of a batched input owns the `b`-th block of "elements per batch" scales.
  */
 typedef enum fp8quant_scale_layout {
-  FP8QUANT_SCALE_ROW = 0,           /**< fp32, K-major. */
-  FP8QUANT_SCALE_MN = 1,            /**< fp32, column-major (MN-major). */
-  FP8QUANT_SCALE_MN_TMA = 2,        /**< fp32, column-major with rows padded to 4 (DeepGEMM SM90). */
-  FP8QUANT_SCALE_PACKED_UE8M0 = 3,  /**< Four UE8M0 bytes per int32, MN-major, TMA-aligned (DeepGEMM SM100). */
+  FP8QUANT_SCALE_ROW = 0,          /**< fp32, K-major. */
+  FP8QUANT_SCALE_MN = 1,           /**< fp32, column-major (MN-major). */
+  FP8QUANT_SCALE_MN_TMA = 2,       /**< fp32, column-major with rows padded to 4 (DeepGEMM SM90). */
+  FP8QUANT_SCALE_PACKED_UE8M0 = 3, /**< Four UE8M0 bytes per int32, MN-major, TMA-aligned (DeepGEMM SM100). */
 } fp8quant_scale_layout_t;
 
 /** @brief Geometry of one scale tensor, in elements of its dtype (4 bytes for every layout). */
 typedef struct fp8quant_scale_shape {
-  int64_t rows;          /**< Rows held in memory: `M`, or `Ma` for the TMA-aligned layouts. */
-  int64_t cols;          /**< Scale columns: `G`, or `P` for packed_ue8m0. */
-  int64_t row_stride;    /**< Stride between rows `m` and `m + 1`. */
-  int64_t col_stride;    /**< Stride between columns. */
-  int64_t batch_stride;  /**< Stride between batches: `rows * cols`. */
-  int64_t numel;         /**< Elements to allocate for all batches, padding included. */
+  int64_t rows;         /**< Rows held in memory: `M`, or `Ma` for the TMA-aligned layouts. */
+  int64_t cols;         /**< Scale columns: `G`, or `P` for packed_ue8m0. */
+  int64_t row_stride;   /**< Stride between rows `m` and `m + 1`. */
+  int64_t col_stride;   /**< Stride between columns. */
+  int64_t batch_stride; /**< Stride between batches: `rows * cols`. */
+  int64_t numel;        /**< Elements to allocate for all batches, padding included. */
 } fp8quant_scale_shape_t;
 
 /**
@@ -56,9 +56,8 @@ typedef struct fp8quant_scale_shape {
  * @param num_groups  Groups per row (`K / group_size`), >= 0.
  * @param[out] shape  Filled on success.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch,
-                                                    int64_t m, int64_t num_groups,
-                                                    fp8quant_scale_shape_t* shape);
+FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
+                                                    int64_t num_groups, fp8quant_scale_shape_t* shape);
 
 /**
  * @brief Quantize `x [batch, m, k]` to float8_e4m3fn in groups of `group_size` along k.
@@ -100,11 +99,12 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layo
  * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`; `x`,
  * `q` and each span at most `2^63 - 1` bytes.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(
-    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
-    int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
-    int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-    int64_t group_size, float eps, cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
+                                                              int64_t m, int64_t k, int64_t x_batch_stride,
+                                                              int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                                                              int64_t q_row_stride, void* scale,
+                                                              fp8quant_scale_layout_t scale_layout, int ue8m0,
+                                                              int64_t group_size, float eps, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

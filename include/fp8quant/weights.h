@@ -45,10 +45,11 @@ extern "C" {
  * @param eps             Lower bound of each block's amax; finite and at least `FLT_MIN`.
  * @param stream          CUDA stream to enqueue on.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_per_block_quant(
-    const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride,
-    int64_t w_row_stride, void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
-    int64_t block_k, int ue8m0, float eps, cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch,
+                                                        int64_t n, int64_t k, int64_t w_batch_stride,
+                                                        int64_t w_row_stride, void* q, int64_t q_batch_stride,
+                                                        int64_t q_row_stride, float* scale, int64_t block_n,
+                                                        int64_t block_k, int ue8m0, float eps, cudaStream_t stream);
 
 /**
  * @brief Requantize an fp8 weight with power-of-two scales: `w [batch, n, k]` float8_e4m3fn with
@@ -65,11 +66,11 @@ FP8QUANT_API fp8quant_status_t fp8quant_per_block_quant(
  * @param w_scale  Input block scales, contiguous fp32 `[batch, ceil(n / block_n), ceil(k / block_k)]`,
  *                 4-byte aligned; must not overlap `q` or `scale`.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale, int64_t batch,
-                                                         int64_t n, int64_t k, int64_t w_batch_stride,
-                                                         int64_t w_row_stride, void* q, int64_t q_batch_stride,
-                                                         int64_t q_row_stride, float* scale, int64_t block_n,
-                                                         int64_t block_k, float eps, cudaStream_t stream);
+FP8QUANT_API fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale, int64_t batch, int64_t n,
+                                                         int64_t k, int64_t w_batch_stride, int64_t w_row_stride,
+                                                         void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                                         float* scale, int64_t block_n, int64_t block_k, float eps,
+                                                         cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -25,7 +25,8 @@ struct Span {
 // One batch's rows of `t`, in elements, into `span`: refused when they span more than 2^63 bytes.
 fp8quant_status_t span_rows(const Operand& t, int64_t rows, int64_t cols, Span* span) {
   FP8QUANT_CHECK_ARG(span->add(rows - 1, t.row_stride) && span->add(1, cols) && Span(*span).times(t.elem),
-                     t.row_stride_name, std::string("is too large: the rows of ") + t.name + " span more than 2^63 bytes");
+                     t.row_stride_name,
+                     std::string("is too large: the rows of ") + t.name + " span more than 2^63 bytes");
   return FP8QUANT_SUCCESS;
 }
 
@@ -54,8 +55,6 @@ fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* sc
   FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
   return FP8QUANT_SUCCESS;
 }
-
-
 
 }  // namespace
 
@@ -90,20 +89,22 @@ fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t c
 }
 
 // `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
-fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
-                              const void* b, int64_t b_bytes) {
+fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name, const void* b,
+                              int64_t b_bytes) {
   const uintptr_t lo_a = reinterpret_cast<uintptr_t>(a), lo_b = reinterpret_cast<uintptr_t>(b);
-  const bool shared =
-      lo_a < lo_b + static_cast<uintptr_t>(b_bytes) && lo_b < lo_a + static_cast<uintptr_t>(a_bytes);
+  const bool shared = lo_a < lo_b + static_cast<uintptr_t>(b_bytes) && lo_b < lo_a + static_cast<uintptr_t>(a_bytes);
   FP8QUANT_CHECK_ARG(!shared, a_name, std::string("overlaps ") + b_name);
   return FP8QUANT_SUCCESS;
 }
 
 int64_t dtype_size(fp8quant_dtype_t dtype) {
   switch (dtype) {
-    case FP8QUANT_DTYPE_FLOAT32: return 4;
-    case FP8QUANT_DTYPE_FLOAT16: return 2;
-    case FP8QUANT_DTYPE_BFLOAT16: return 2;
+    case FP8QUANT_DTYPE_FLOAT32:
+      return 4;
+    case FP8QUANT_DTYPE_FLOAT16:
+      return 2;
+    case FP8QUANT_DTYPE_BFLOAT16:
+      return 2;
   }
   return 0;
 }

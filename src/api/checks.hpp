@@ -19,8 +19,8 @@ bool aligned16(const void* ptr);
 std::string float_text(float v);
 
 // `a` ([a, a + a_bytes)) shares no byte with `b`; otherwise "<a_name>: overlaps <b_name>".
-fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name,
-                              const void* b, int64_t b_bytes);
+fp8quant_status_t check_apart(const char* a_name, const void* a, int64_t a_bytes, const char* b_name, const void* b,
+                              int64_t b_bytes);
 
 // eps (the argument `name`) is finite and at least FLT_MIN: below it eps / 448 rounds to 0 and
 // an all-zero group or block divides 0 by 0.
@@ -36,7 +36,7 @@ struct Operand {
   int64_t elem;
   int64_t batch_stride;  // as given; normalized by the checks below
   int64_t row_stride;
-  int64_t bytes = 0;     // set by the checks: first element to past the last
+  int64_t bytes = 0;  // set by the checks: first element to past the last
 };
 
 // An input `t` ([batch, rows, cols], read): strides >= 0 (rows and batches may overlap or

@@ -1,5 +1,7 @@
 // Library-wide C API: version, status names, per-thread error messages, device queries and the
 // programmatic-dependent-launch switch.
+#include "fp8quant/common.h"
+
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -9,7 +11,6 @@
 
 #include "api/device.hpp"
 #include "common/error.hpp"
-#include "fp8quant/common.h"
 
 namespace fp8quant {
 
@@ -33,11 +34,9 @@ fp8quant_status_t current_device(DeviceInfo* device) {
   }
   cudaGetLastError();  // leave no sticky non-fatal error behind for the caller
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || err == cudaErrorInitializationError) {
-    return set_error(FP8QUANT_ERROR_NO_DEVICE,
-                     std::string("no CUDA device is available: ") + cudaGetErrorString(err));
+    return set_error(FP8QUANT_ERROR_NO_DEVICE, std::string("no CUDA device is available: ") + cudaGetErrorString(err));
   }
-  return set_error(FP8QUANT_ERROR_CUDA, std::string("querying the current device failed: ") +
-                                            cudaGetErrorString(err));
+  return set_error(FP8QUANT_ERROR_CUDA, std::string("querying the current device failed: ") + cudaGetErrorString(err));
 }
 
 fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch) {
@@ -77,11 +76,16 @@ int fp8quant_version(void) {
 
 const char* fp8quant_status_string(fp8quant_status_t status) {
   switch (status) {
-    case FP8QUANT_SUCCESS: return "FP8QUANT_SUCCESS";
-    case FP8QUANT_ERROR_INVALID_ARGUMENT: return "FP8QUANT_ERROR_INVALID_ARGUMENT";
-    case FP8QUANT_ERROR_NO_DEVICE: return "FP8QUANT_ERROR_NO_DEVICE";
-    case FP8QUANT_ERROR_UNSUPPORTED_DEVICE: return "FP8QUANT_ERROR_UNSUPPORTED_DEVICE";
-    case FP8QUANT_ERROR_CUDA: return "FP8QUANT_ERROR_CUDA";
+    case FP8QUANT_SUCCESS:
+      return "FP8QUANT_SUCCESS";
+    case FP8QUANT_ERROR_INVALID_ARGUMENT:
+      return "FP8QUANT_ERROR_INVALID_ARGUMENT";
+    case FP8QUANT_ERROR_NO_DEVICE:
+      return "FP8QUANT_ERROR_NO_DEVICE";
+    case FP8QUANT_ERROR_UNSUPPORTED_DEVICE:
+      return "FP8QUANT_ERROR_UNSUPPORTED_DEVICE";
+    case FP8QUANT_ERROR_CUDA:
+      return "FP8QUANT_ERROR_CUDA";
   }
   return "FP8QUANT_UNKNOWN_STATUS";
 }

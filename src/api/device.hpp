@@ -7,7 +7,7 @@
 namespace fp8quant {
 
 struct DeviceInfo {
-  int major;     // compute capability
+  int major;  // compute capability
   int minor;
   int sm_count;  // streaming multiprocessors
 };

@@ -1,12 +1,13 @@
 // C API of the MoE kernels: validate every argument, then dispatch on the device's architecture.
+#include "fp8quant/moe.h"
+
 #include <cstdint>
 #include <string>
 
 #include "api/checks.hpp"
-#include "api/group_quant.hpp"
 #include "api/device.hpp"
+#include "api/group_quant.hpp"
 #include "common/error.hpp"
-#include "fp8quant/moe.h"
 #include "kernels/moe_combine.hpp"
 #include "kernels/moe_routing.hpp"
 
@@ -14,12 +15,12 @@ namespace {
 
 using namespace fp8quant::api;
 
-constexpr int64_t kMaxSlots = 1024;                                // k: slots per token
-constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;            // tokens go on grid.x
-constexpr int64_t kMaxHidden = (int64_t{1} << 31) - 1 - 65536;    // h is int32 on the device
-constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;               // rows and slots are int32 on the device
-constexpr int64_t kMaxRoutingSlots = (int64_t{1} << 31) - 1024;     // routing strides past the last slot by < 1024
-constexpr int64_t kMaxExperts = 65535;                              // one block each
+constexpr int64_t kMaxSlots = 1024;                              // k: slots per token
+constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;           // tokens go on grid.x
+constexpr int64_t kMaxHidden = (int64_t{1} << 31) - 1 - 65536;   // h is int32 on the device
+constexpr int64_t kMaxInt32 = (int64_t{1} << 31) - 1;            // rows and slots are int32 on the device
+constexpr int64_t kMaxRoutingSlots = (int64_t{1} << 31) - 1024;  // routing strides past the last slot by < 1024
+constexpr int64_t kMaxExperts = 65535;                           // one block each
 constexpr int64_t kMaxAlign = int64_t{1} << 20;
 
 // A named device buffer of `bytes` bytes, for the overlap checks.
@@ -40,12 +41,15 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
   const int64_t elem = dtype_size(y_dtype);
 
   // Values
-  FP8QUANT_CHECK_ARG(elem != 0, "y_dtype", "unsupported dtype " + to_string(y_dtype) +
-                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
+  FP8QUANT_CHECK_ARG(elem != 0, "y_dtype",
+                     "unsupported dtype " + to_string(y_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
   FP8QUANT_CHECK_ARG(y_rows >= 0, "y_rows", "must be >= 0, got " + to_string(y_rows));
-  FP8QUANT_CHECK_ARG(h > 0 && h <= kMaxHidden, "h", "must be in [1, " + to_string(kMaxHidden) + "], got " + to_string(h));
-  FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxTokens, "t", "must be in [0, " + to_string(kMaxTokens) + "], got " + to_string(t));
-  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(h > 0 && h <= kMaxHidden, "h",
+                     "must be in [1, " + to_string(kMaxHidden) + "], got " + to_string(h));
+  FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxTokens, "t",
+                     "must be in [0, " + to_string(kMaxTokens) + "], got " + to_string(t));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
+                     "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
   if (t == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
   // Buffers: y read (rows may repeat), out written (rows apart), rows and weights contiguous
@@ -81,26 +85,27 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
   problem.h = static_cast<int32_t>(h);
   const int64_t col_blocks = (h + vec * 128 - 1) / (vec * 128);
   FP8QUANT_CHECK_ARG(col_blocks <= 65535, "h",
-                     "must be at most " + to_string(65535 * 128 * vec) + " for this dtype (blocks along h go on grid.y), got " +
-                         to_string(h));
+                     "must be at most " + to_string(65535 * 128 * vec) +
+                         " for this dtype (blocks along h go on grid.y), got " + to_string(h));
   problem.col_blocks = static_cast<int32_t>(col_blocks);
   problem.dtype = y_dtype;
-  problem.aligned = aligned16(y) && aligned16(out) && h % vec == 0 && ys.row_stride % vec == 0 &&
-                    os.row_stride % vec == 0;
+  problem.aligned =
+      aligned16(y) && aligned16(out) && h % vec == 0 && ys.row_stride % vec == 0 && os.row_stride % vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
 
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_combine, fp8quant::sm100::moe_combine);
 }
 
-fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k,
-                                       int64_t num_experts, int64_t expert_offset, int64_t align, int64_t rows,
-                                       int64_t max_m, int32_t* counts, int32_t* row_offsets, int32_t* m_indices,
-                                       int32_t* row_token, int32_t* inv_perm, int32_t* masked_row, int32_t* status,
-                                       cudaStream_t stream) {
+fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int64_t t, int64_t k, int64_t num_experts,
+                                       int64_t expert_offset, int64_t align, int64_t rows, int64_t max_m,
+                                       int32_t* counts, int32_t* row_offsets, int32_t* m_indices, int32_t* row_token,
+                                       int32_t* inv_perm, int32_t* masked_row, int32_t* status, cudaStream_t stream) {
   using std::to_string;
   // Values
-  FP8QUANT_CHECK_ARG(index_bits == 32 || index_bits == 64, "index_bits", "must be 32 or 64, got " + to_string(index_bits));
-  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(index_bits == 32 || index_bits == 64, "index_bits",
+                     "must be 32 or 64, got " + to_string(index_bits));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
+                     "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
   FP8QUANT_CHECK_ARG(t >= 0 && t <= kMaxRoutingSlots / k, "t",
                      "must be in [0, " + to_string(kMaxRoutingSlots / k) +
                          "] (t * k <= 2^31 - 1024 slots, int32 on the device), got " + to_string(t));
@@ -109,10 +114,11 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   FP8QUANT_CHECK_ARG(expert_offset >= 0, "expert_offset", "must be >= 0, got " + to_string(expert_offset));
   FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
                      "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
-  FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
+  FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows",
+                     "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
   FP8QUANT_CHECK_ARG(max_m >= 0 && max_m <= kMaxInt32 / num_experts, "max_m",
-                     "must be in [0, " + to_string(kMaxInt32 / num_experts) + "] (num_experts * max_m rows fit in int32), got " +
-                         to_string(max_m));
+                     "must be in [0, " + to_string(kMaxInt32 / num_experts) +
+                         "] (num_experts * max_m rows fit in int32), got " + to_string(max_m));
 
   // Buffers: present, aligned, apart
   const int64_t slots = t * k;
@@ -131,14 +137,16 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
     if (!needed) continue;  // an empty buffer (or masked_row without max_m) may be null
     FP8QUANT_CHECK_ARG(b.ptr != nullptr, b.name, "must not be null");
     const int64_t a = b.ptr == topk_ids ? index_bits / 8 : 4;
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(b.ptr) % a == 0, b.name, "must be " + to_string(a) + "-byte aligned");
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(b.ptr) % a == 0, b.name,
+                       "must be " + to_string(a) + "-byte aligned");
   }
-  FP8QUANT_CHECK_ARG(max_m == 0 || slots == 0 || masked_row != nullptr, "masked_row", "must not be null when max_m > 0");
+  FP8QUANT_CHECK_ARG(max_m == 0 || slots == 0 || masked_row != nullptr, "masked_row",
+                     "must not be null when max_m > 0");
   for (size_t i = 1; i < sizeof(spans) / sizeof(spans[0]); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (spans[i].bytes > 0 && spans[j].bytes > 0) {
-        FP8QUANT_RETURN_IF_ERROR(check_apart(spans[i].name, spans[i].ptr, spans[i].bytes, spans[j].name, spans[j].ptr,
-                                             spans[j].bytes));
+        FP8QUANT_RETURN_IF_ERROR(
+            check_apart(spans[i].name, spans[i].ptr, spans[i].bytes, spans[j].name, spans[j].ptr, spans[j].bytes));
       }
     }
   }
@@ -164,23 +172,26 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
 }
 
-fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
-                                          int64_t n, int64_t x_batch_stride, int64_t x_row_stride,
-                                          const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m,
-                                          int64_t align, void* q, int64_t q_batch_stride, int64_t q_row_stride,
-                                          void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-                                          int64_t group_size, float eps, cudaStream_t stream) {
+fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t n,
+                                          int64_t x_batch_stride, int64_t x_row_stride, const int32_t* m_indices,
+                                          const int32_t* used_rows, const int32_t* masked_m, int64_t align, void* q,
+                                          int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                          fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
+                                          float eps, cudaStream_t stream) {
   using std::to_string;
   // Values of this op; group_quant checks the rest
   FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for silu_mul_quant, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(n > 0 && n <= kMaxInt32 / 2, "n", "must be in [1, " + to_string(kMaxInt32 / 2) + "], got " + to_string(n));
+  FP8QUANT_CHECK_ARG(n > 0 && n <= kMaxInt32 / 2, "n",
+                     "must be in [1, " + to_string(kMaxInt32 / 2) + "], got " + to_string(n));
   FP8QUANT_CHECK_ARG(m_indices == nullptr || masked_m == nullptr, "masked_m",
                      "give m_indices (contiguous layout) or masked_m (masked layout), not both");
   FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
-  FP8QUANT_CHECK_ARG(used_rows == nullptr || m_indices != nullptr, "used_rows", "applies to the contiguous layout (m_indices) only");
+  FP8QUANT_CHECK_ARG(used_rows == nullptr || m_indices != nullptr, "used_rows",
+                     "applies to the contiguous layout (m_indices) only");
   FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
                      "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
-  for (const Span& index : {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
+  for (const Span& index :
+       {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
     FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
   }
   fp8quant::api::GroupSource source;
@@ -210,9 +221,12 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
   using std::to_string;
   // Values of this op; group_quant checks the rest
   const bool masked = row_offsets == nullptr;
-  FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(tokens));
-  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k", "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(group_size == 128, "group_size",
+                     "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
+  FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens",
+                     "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(tokens));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
+                     "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
   FP8QUANT_CHECK_ARG(tokens * k <= kMaxInt32, "tokens", "tokens * k must fit in int32, got " + to_string(tokens * k));
   FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
                      "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
@@ -224,8 +238,10 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
                            "] (the masked layout, row_offsets null: experts * max_m rows fit in int32), got " +
                            to_string(max_m));
   } else {
-    FP8QUANT_CHECK_ARG(max_m == 0, "max_m", "must be 0 for the contiguous layout (row_offsets given), got " + to_string(max_m));
-    FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows", "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
+    FP8QUANT_CHECK_ARG(max_m == 0, "max_m",
+                       "must be 0 for the contiguous layout (row_offsets given), got " + to_string(max_m));
+    FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows",
+                       "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
   }
   FP8QUANT_CHECK_ARG(experts * ((h / 128 + 7) / 8) <= (int64_t{1} << 30), "experts",
                      "experts * ceil(h / 1024) must be at most 2^30 (padding blocks go on grid.x)");

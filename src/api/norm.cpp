@@ -1,6 +1,8 @@
 // C API of the RMSNorm kernels: validate every argument, then dispatch on the device's
 // architecture. fp8quant_rms_norm and fp8quant_rms_norm_quant share one body; they differ in
 // their output (y, or q and its scales).
+#include "fp8quant/norm.h"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -8,7 +10,6 @@
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "common/error.hpp"
-#include "fp8quant/norm.h"
 #include "kernels/rms_norm.hpp"
 
 namespace {
@@ -51,9 +52,9 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
   // Values
   FP8QUANT_CHECK_ARG(dtype == FP8QUANT_DTYPE_BFLOAT16 || dtype == FP8QUANT_DTYPE_FLOAT16, "dtype",
                      "must be BFLOAT16 or FLOAT16, got " + to_string(dtype));
-  FP8QUANT_CHECK_ARG(h > 0 && h % fp8quant::kNormSliceElems == 0 && h <= fp8quant::kNormMaxH, "h",
-                     "must be a positive multiple of 16, at most " + to_string(fp8quant::kNormMaxH) + ", got " +
-                         to_string(h));
+  FP8QUANT_CHECK_ARG(
+      h > 0 && h % fp8quant::kNormSliceElems == 0 && h <= fp8quant::kNormMaxH, "h",
+      "must be a positive multiple of 16, at most " + to_string(fp8quant::kNormMaxH) + ", got " + to_string(h));
   FP8QUANT_CHECK_ARG(m >= 0 && m <= kMaxRows, "m", "must be in [0, " + to_string(kMaxRows) + "], got " + to_string(m));
   FP8QUANT_CHECK_ARG(std::isfinite(eps) && eps >= 0.0f, "eps", "must be finite and >= 0, got " + float_text(eps));
   int64_t scale_rows = m, scale_bytes = 0, num_groups = 0;
@@ -139,8 +140,8 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
 extern "C" {
 
 fp8quant_status_t fp8quant_rms_norm(const void* x, void* residual, const void* weight, fp8quant_dtype_t dtype,
-                                    int64_t m, int64_t h, int64_t x_row_stride, int64_t residual_row_stride,
-                                    float eps, void* y, int64_t y_row_stride, cudaStream_t stream) {
+                                    int64_t m, int64_t h, int64_t x_row_stride, int64_t residual_row_stride, float eps,
+                                    void* y, int64_t y_row_stride, cudaStream_t stream) {
   return rms_norm(x, residual, weight, dtype, m, h, x_row_stride, residual_row_stride, eps, y, y_row_stride, nullptr,
                   stream);
 }

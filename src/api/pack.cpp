@@ -1,12 +1,13 @@
 // C API of the scale transforms: validate every argument, describe the transform as one
 // ScaleTransformProblem, then dispatch on the device's architecture.
+#include "fp8quant/pack.h"
+
 #include <cstdint>
 #include <string>
 
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "common/error.hpp"
-#include "fp8quant/pack.h"
 #include "kernels/scale_transform.hpp"
 
 namespace {
@@ -20,9 +21,9 @@ bool is_fp32_layout(fp8quant_scale_layout_t layout) {
 }
 
 fp8quant_status_t check_fp32_layout(fp8quant_scale_layout_t layout, const char* name) {
-  FP8QUANT_CHECK_ARG(is_fp32_layout(layout), name,
-                     "must be FP8QUANT_SCALE_ROW, FP8QUANT_SCALE_MN or FP8QUANT_SCALE_MN_TMA, got " +
-                         std::to_string(layout));
+  FP8QUANT_CHECK_ARG(
+      is_fp32_layout(layout), name,
+      "must be FP8QUANT_SCALE_ROW, FP8QUANT_SCALE_MN or FP8QUANT_SCALE_MN_TMA, got " + std::to_string(layout));
   return FP8QUANT_SUCCESS;
 }
 
@@ -54,10 +55,10 @@ fp8quant_status_t check_apart_all(const void* src, int64_t src_numel, const void
 // Everything after each function's own value checks: both buffers' geometry (`src_rows` rows of
 // `src_layout`, `rows` of `dst_layout`; sizes overflow-checked by fp8quant_scale_shape), the
 // buffer checks, then one ScaleTransformProblem. Destination row r reads source row r / row_div.
-fp8quant_status_t transform(ScaleTransform op, const void* src, const char* src_name, fp8quant_scale_layout_t src_layout,
-                            int64_t src_rows, void* dst, fp8quant_scale_layout_t dst_layout, int64_t rows,
-                            int64_t batch, int64_t num_groups, int64_t row_div, uint64_t* first_invalid,
-                            cudaStream_t stream) {
+fp8quant_status_t transform(ScaleTransform op, const void* src, const char* src_name,
+                            fp8quant_scale_layout_t src_layout, int64_t src_rows, void* dst,
+                            fp8quant_scale_layout_t dst_layout, int64_t rows, int64_t batch, int64_t num_groups,
+                            int64_t row_div, uint64_t* first_invalid, cudaStream_t stream) {
   fp8quant_scale_shape_t from{}, to{};
   FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(src_layout, batch, src_rows, num_groups, &from));
   FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(dst_layout, batch, rows, num_groups, &to));
@@ -103,9 +104,8 @@ fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quant_scale_layou
                    nullptr, stream);
 }
 
-fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t src_layout, int32_t* dst,
-                                      int64_t batch, int64_t m, int64_t num_groups, uint64_t* first_invalid,
-                                      cudaStream_t stream) {
+fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t src_layout, int32_t* dst, int64_t batch,
+                                      int64_t m, int64_t num_groups, uint64_t* first_invalid, cudaStream_t stream) {
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(src_layout, "src_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
   return transform(ScaleTransform::kPack, src, "src", src_layout, m, dst, FP8QUANT_SCALE_PACKED_UE8M0, m, batch,

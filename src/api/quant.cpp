@@ -1,36 +1,36 @@
 // C API of the quantization kernels: validate every argument, then dispatch on the device's
 // architecture.
+#include "fp8quant/quant.h"
+
 #include <cstdint>
 #include <limits>
 #include <string>
 
 #include "api/checks.hpp"
-#include "api/group_quant.hpp"
 #include "api/device.hpp"
+#include "api/group_quant.hpp"
 #include "common/error.hpp"
-#include "fp8quant/quant.h"
 #include "kernels/per_token_group_quant.hpp"
 
 namespace {
 
 using namespace fp8quant::api;
 
-constexpr int64_t kTmaRowAlign = 4;  // 16 bytes of 4-byte scales
-constexpr int64_t kPack = 4;         // UE8M0 bytes per int32
-constexpr int64_t kMaxBatch = 65535; // batches go on grid.y
+constexpr int64_t kTmaRowAlign = 4;   // 16 bytes of 4-byte scales
+constexpr int64_t kPack = 4;          // UE8M0 bytes per int32
+constexpr int64_t kMaxBatch = 65535;  // batches go on grid.y
 // Groups launched per batch are counted in int32 on the device, with a block of headroom.
 constexpr int64_t kMaxUnits = std::numeric_limits<int32_t>::max() - 4096;
 
 int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
 bool is_layout(fp8quant_scale_layout_t layout) {
-  return layout == FP8QUANT_SCALE_ROW || layout == FP8QUANT_SCALE_MN ||
-         layout == FP8QUANT_SCALE_MN_TMA || layout == FP8QUANT_SCALE_PACKED_UE8M0;
+  return layout == FP8QUANT_SCALE_ROW || layout == FP8QUANT_SCALE_MN || layout == FP8QUANT_SCALE_MN_TMA ||
+         layout == FP8QUANT_SCALE_PACKED_UE8M0;
 }
 
 // Geometry of a layout; arguments already checked.
-fp8quant_scale_shape_t scale_geometry(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
-                                      int64_t num_groups) {
+fp8quant_scale_shape_t scale_geometry(fp8quant_scale_layout_t layout, int64_t batch, int64_t m, int64_t num_groups) {
   fp8quant_scale_shape_t s{};
   const bool tma = layout == FP8QUANT_SCALE_MN_TMA || layout == FP8QUANT_SCALE_PACKED_UE8M0;
   s.rows = tma ? align_up(m, kTmaRowAlign) : m;
@@ -59,17 +59,15 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   const int64_t elem = dtype_size(x_dtype);
 
   // Values
-  FP8QUANT_CHECK_ARG(elem != 0, "x_dtype", "unsupported input dtype " + to_string(x_dtype) +
-                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
-  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout",
-                     "unknown scale layout " + to_string(scale_layout));
+  FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
+                     "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
+  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout", "unknown scale layout " + to_string(scale_layout));
   FP8QUANT_CHECK_ARG(scale_layout != FP8QUANT_SCALE_PACKED_UE8M0 || ue8m0, "ue8m0",
                      "must be nonzero with FP8QUANT_SCALE_PACKED_UE8M0 (packed scales are UE8M0)");
   FP8QUANT_CHECK_ARG(group_size == 32 || group_size == 64 || group_size == 128, "group_size",
                      "must be 32, 64 or 128, got " + to_string(group_size));
   FP8QUANT_CHECK_ARG(k > 0 && k % group_size == 0, "k",
-                     "must be a positive multiple of group_size (" + to_string(group_size) +
-                         "), got " + to_string(k));
+                     "must be a positive multiple of group_size (" + to_string(group_size) + "), got " + to_string(k));
   FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
                      "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
   FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + to_string(m));
@@ -86,8 +84,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   const int64_t units = fp8quant::team_units(scale_layout, shape.rows, slots);
   FP8QUANT_CHECK_ARG(units <= kMaxUnits, "m",
                      "one batch needs " + to_string(units) + " group slots (" + to_string(shape.rows) +
-                         " scale rows, padding included, of " + to_string(slots) +
-                         " slots), more than the limit of " + to_string(kMaxUnits));
+                         " scale rows, padding included, of " + to_string(slots) + " slots), more than the limit of " +
+                         to_string(kMaxUnits));
 
   // Buffers, strides and spans; outputs share no byte with the input or with each other
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
@@ -95,8 +93,7 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
   const bool rows = source.kind == fp8quant::QuantSource::kRows;
   FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, rows ? batch : source.in_batch, rows ? m : source.in_rows,
-                                                      rows ? k : source.in_cols, qs, scale, scale_bytes, batch, m,
-                                                      k));
+                                                      rows ? k : source.in_cols, qs, scale, scale_bytes, batch, m, k));
   for (const IndexInput& index : source.indices) {
     if (index.bytes == 0) continue;
     FP8QUANT_RETURN_IF_ERROR(check_apart(qs.name, qs.ptr, qs.bytes, index.name, index.ptr, index.bytes));
@@ -141,9 +138,9 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
     // Teams walk the tokens; q and the scales keep the destination's geometry
     const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);
     const int64_t token_units = fp8quant::team_units(tile, source.in_rows, slots);
-    FP8QUANT_CHECK_ARG(token_units <= kMaxUnits, "tokens",
-                       "the tokens need " + to_string(token_units) + " group slots, more than the limit of " +
-                           to_string(kMaxUnits));
+    FP8QUANT_CHECK_ARG(
+        token_units <= kMaxUnits, "tokens",
+        "the tokens need " + to_string(token_units) + " group slots, more than the limit of " + to_string(kMaxUnits));
     problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
     problem.experts = static_cast<int32_t>(source.experts);
     problem.dest_batch = static_cast<int32_t>(batch);
@@ -173,8 +170,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
 
 extern "C" {
 
-fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
-                                       int64_t num_groups, fp8quant_scale_shape_t* shape) {
+fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m, int64_t num_groups,
+                                       fp8quant_scale_shape_t* shape) {
   FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
   FP8QUANT_CHECK_ARG(is_layout(layout), "layout", "unknown scale layout " + std::to_string(layout));
   FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
@@ -188,11 +185,11 @@ fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t b
   return FP8QUANT_SUCCESS;
 }
 
-fp8quant_status_t fp8quant_per_token_group_quant(
-    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
-    int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
-    int64_t q_row_stride, void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
-    int64_t group_size, float eps, cudaStream_t stream) {
+fp8quant_status_t fp8quant_per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
+                                                 int64_t k, int64_t x_batch_stride, int64_t x_row_stride, void* q,
+                                                 int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                                 fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
+                                                 float eps, cudaStream_t stream) {
   return fp8quant::api::group_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride,
                                     q_row_stride, scale, scale_layout, ue8m0, group_size, eps, {}, stream);
 }

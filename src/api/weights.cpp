@@ -1,12 +1,13 @@
 // C API of the weight quantization kernels: validate every argument, then dispatch on the
 // device's architecture.
+#include "fp8quant/weights.h"
+
 #include <cstdint>
 #include <string>
 
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "common/error.hpp"
-#include "fp8quant/weights.h"
 #include "kernels/per_block_quant.hpp"
 
 namespace {
@@ -22,8 +23,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // with `w_scale`, a requantization of the float8_e4m3fn `w` with those block scales.
 fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t dtype, const float* w_scale,
                                   int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride, int64_t w_row_stride,
-                                  void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale,
-                                  int64_t block_n, int64_t block_k, bool ue8m0, float eps, cudaStream_t stream) {
+                                  void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
+                                  int64_t block_k, bool ue8m0, float eps, cudaStream_t stream) {
   using std::to_string;
   constexpr int64_t kBlock = fp8quant::kWeightBlock;
 
@@ -82,22 +83,21 @@ fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t 
 
 extern "C" {
 
-fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n,
-                                           int64_t k, int64_t w_batch_stride, int64_t w_row_stride, void* q,
-                                           int64_t q_batch_stride, int64_t q_row_stride, float* scale,
-                                           int64_t block_n, int64_t block_k, int ue8m0, float eps,
-                                           cudaStream_t stream) {
+fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dtype, int64_t batch, int64_t n, int64_t k,
+                                           int64_t w_batch_stride, int64_t w_row_stride, void* q,
+                                           int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
+                                           int64_t block_k, int ue8m0, float eps, cudaStream_t stream) {
   const int64_t elem = dtype_size(w_dtype);
-  FP8QUANT_CHECK_ARG(elem != 0, "w_dtype", "unsupported input dtype " + std::to_string(w_dtype) +
-                                               " (FLOAT32, FLOAT16 or BFLOAT16)");
+  FP8QUANT_CHECK_ARG(elem != 0, "w_dtype",
+                     "unsupported input dtype " + std::to_string(w_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
   return quantize_blocks(w, elem, w_dtype, nullptr, batch, n, k, w_batch_stride, w_row_stride, q, q_batch_stride,
                          q_row_stride, scale, block_n, block_k, ue8m0 != 0, eps, stream);
 }
 
 fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale, int64_t batch, int64_t n, int64_t k,
                                             int64_t w_batch_stride, int64_t w_row_stride, void* q,
-                                            int64_t q_batch_stride, int64_t q_row_stride, float* scale,
-                                            int64_t block_n, int64_t block_k, float eps, cudaStream_t stream) {
+                                            int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
+                                            int64_t block_k, float eps, cudaStream_t stream) {
   FP8QUANT_CHECK_ARG(w_scale != nullptr, "w_scale", "must not be null");
   return quantize_blocks(w, 1, FP8QUANT_DTYPE_BFLOAT16, w_scale, batch, n, k, w_batch_stride, w_row_stride, q,
                          q_batch_stride, q_row_stride, scale, block_n, block_k, true, eps, stream);

@@ -36,44 +36,40 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
     return ::fp8quant::no_kernel_for(arg, static_cast<int64_t>(value));
 
 // x_dtype -> T (float, __half or __nv_bfloat16)
-#define FP8QUANT_DISPATCH_DTYPE(dtype, T, ...)                                               \
-  [&]() -> fp8quant_status_t {                                                               \
-    switch (dtype) {                                                                         \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_BFLOAT16, using T = __nv_bfloat16;              \
-                              return __VA_ARGS__();)                                         \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT16, using T = __half; return __VA_ARGS__();) \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT32, using T = float; return __VA_ARGS__();)  \
-      FP8QUANT_DISPATCH_DEFAULT_("x_dtype", dtype)                                           \
-    }                                                                                        \
+#define FP8QUANT_DISPATCH_DTYPE(dtype, T, ...)                                                         \
+  [&]() -> fp8quant_status_t {                                                                         \
+    switch (dtype) {                                                                                   \
+      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_BFLOAT16, using T = __nv_bfloat16; return __VA_ARGS__();) \
+      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT16, using T = __half; return __VA_ARGS__();)         \
+      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT32, using T = float; return __VA_ARGS__();)          \
+      FP8QUANT_DISPATCH_DEFAULT_("x_dtype", dtype)                                                     \
+    }                                                                                                  \
   }()
 
 // group_size -> kGroupSize (32, 64 or 128)
-#define FP8QUANT_DISPATCH_GROUP_SIZE(group_size, kGroupSize, ...)                             \
-  [&]() -> fp8quant_status_t {                                                                \
-    switch (group_size) {                                                                     \
-      FP8QUANT_DISPATCH_CASE_(32, constexpr int kGroupSize = 32; return __VA_ARGS__();)       \
-      FP8QUANT_DISPATCH_CASE_(64, constexpr int kGroupSize = 64; return __VA_ARGS__();)       \
-      FP8QUANT_DISPATCH_CASE_(128, constexpr int kGroupSize = 128; return __VA_ARGS__();)     \
-      FP8QUANT_DISPATCH_DEFAULT_("group_size", group_size)                                    \
-    }                                                                                         \
+#define FP8QUANT_DISPATCH_GROUP_SIZE(group_size, kGroupSize, ...)                         \
+  [&]() -> fp8quant_status_t {                                                            \
+    switch (group_size) {                                                                 \
+      FP8QUANT_DISPATCH_CASE_(32, constexpr int kGroupSize = 32; return __VA_ARGS__();)   \
+      FP8QUANT_DISPATCH_CASE_(64, constexpr int kGroupSize = 64; return __VA_ARGS__();)   \
+      FP8QUANT_DISPATCH_CASE_(128, constexpr int kGroupSize = 128; return __VA_ARGS__();) \
+      FP8QUANT_DISPATCH_DEFAULT_("group_size", group_size)                                \
+    }                                                                                     \
   }()
 
 // scale_layout -> kOrder (its ScaleOrder: mn and mn_tma give the same one)
-#define FP8QUANT_DISPATCH_SCALE_ORDER(layout, kOrder, ...)                                    \
-  [&]() -> fp8quant_status_t {                                                                \
-    switch (layout) {                                                                         \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_ROW,                                             \
-                              constexpr auto kOrder = ::fp8quant::ScaleOrder::kRow;           \
-                              return __VA_ARGS__();)                                          \
-      case FP8QUANT_SCALE_MN:                                                                 \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_MN_TMA,                                          \
-                              constexpr auto kOrder = ::fp8quant::ScaleOrder::kColumn;        \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_PACKED_UE8M0,                                    \
-                              constexpr auto kOrder = ::fp8quant::ScaleOrder::kPacked;        \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_DEFAULT_("scale_layout", layout)                                      \
-    }                                                                                         \
+#define FP8QUANT_DISPATCH_SCALE_ORDER(layout, kOrder, ...)                                                            \
+  [&]() -> fp8quant_status_t {                                                                                        \
+    switch (layout) {                                                                                                 \
+      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_ROW, constexpr auto kOrder = ::fp8quant::ScaleOrder::kRow;               \
+                              return __VA_ARGS__();)                                                                  \
+      case FP8QUANT_SCALE_MN:                                                                                         \
+        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_MN_TMA, constexpr auto kOrder = ::fp8quant::ScaleOrder::kColumn;       \
+                                return __VA_ARGS__();)                                                                \
+        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_PACKED_UE8M0, constexpr auto kOrder = ::fp8quant::ScaleOrder::kPacked; \
+                                return __VA_ARGS__();)                                                                \
+        FP8QUANT_DISPATCH_DEFAULT_("scale_layout", layout)                                                            \
+    }                                                                                                                 \
   }()
 
 #define FP8QUANT_DISPATCH_BOOL(value, kValue, ...) \
@@ -87,35 +83,34 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
   }()
 
 // ScaleTransformProblem::op -> kOp
-#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                       \
-  [&]() -> fp8quant_status_t {                                                                \
-    switch (op) {                                                                             \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert,                           \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kConvert;      \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack,                              \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kPack;         \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack,                            \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kUnpack;       \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                                    \
-    }                                                                                         \
+#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                  \
+  [&]() -> fp8quant_status_t {                                                           \
+    switch (op) {                                                                        \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert,                      \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kConvert; \
+                              return __VA_ARGS__();)                                     \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack,                         \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kPack;    \
+                              return __VA_ARGS__();)                                     \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack,                       \
+                              constexpr auto kOp = ::fp8quant::ScaleTransform::kUnpack;  \
+                              return __VA_ARGS__();)                                     \
+      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                               \
+    }                                                                                    \
   }()
 
 // QuantProblem::source -> kSource
-#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                  \
-  [&]() -> fp8quant_status_t {                                                                \
-    switch (source) {                                                                         \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows,                                 \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kRows;        \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul,                              \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kSiluMul;     \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter,                              \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kScatter;     \
-                              return __VA_ARGS__();)                                          \
-      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                            \
-    }                                                                                         \
+#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                                           \
+  [&]() -> fp8quant_status_t {                                                                                         \
+    switch (source) {                                                                                                  \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows, constexpr auto kSource = ::fp8quant::QuantSource::kRows; \
+                              return __VA_ARGS__();)                                                                   \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul,                                                       \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kSiluMul;                              \
+                              return __VA_ARGS__();)                                                                   \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter,                                                       \
+                              constexpr auto kSource = ::fp8quant::QuantSource::kScatter;                              \
+                              return __VA_ARGS__();)                                                                   \
+      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                                                     \
+    }                                                                                                                  \
   }()

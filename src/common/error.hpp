@@ -22,17 +22,16 @@ fp8quant_status_t cuda_error(cudaError_t err, const char* what);
 
 // Return FP8QUANT_ERROR_INVALID_ARGUMENT from the enclosing C API function unless `cond`
 // holds; the message starts with the argument's name.
-#define FP8QUANT_CHECK_ARG(cond, arg, message)                                                   \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      return ::fp8quant::set_error(FP8QUANT_ERROR_INVALID_ARGUMENT,                              \
-                                   std::string(arg) + ": " + (message));                         \
-    }                                                                                            \
+#define FP8QUANT_CHECK_ARG(cond, arg, message)                                                            \
+  do {                                                                                                    \
+    if (!(cond)) {                                                                                        \
+      return ::fp8quant::set_error(FP8QUANT_ERROR_INVALID_ARGUMENT, std::string(arg) + ": " + (message)); \
+    }                                                                                                     \
   } while (0)
 
 // Return the status of `expr` from the enclosing function unless it is FP8QUANT_SUCCESS.
-#define FP8QUANT_RETURN_IF_ERROR(expr)                                                           \
-  do {                                                                                           \
-    const fp8quant_status_t st_ = (expr);                                                        \
-    if (st_ != FP8QUANT_SUCCESS) return st_;                                                     \
+#define FP8QUANT_RETURN_IF_ERROR(expr)       \
+  do {                                       \
+    const fp8quant_status_t st_ = (expr);    \
+    if (st_ != FP8QUANT_SUCCESS) return st_; \
   } while (0)

@@ -10,8 +10,8 @@ namespace fp8quant {
 // kernel in the stream finishes; it waits with griddepcontrol.wait before touching memory);
 // where the launch refuses the attribute, or without `pdl`, it launches plainly.
 template <typename Kernel, typename Problem>
-cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const Problem& problem,
-                            bool pdl, size_t smem = 0) {
+cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const Problem& problem, bool pdl,
+                            size_t smem = 0) {
   if (pdl) {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;

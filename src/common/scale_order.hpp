@@ -14,7 +14,7 @@ enum class ScaleOrder {
 };
 
 constexpr ScaleOrder scale_order(fp8quant_scale_layout_t layout) {
-  return layout == FP8QUANT_SCALE_ROW ? ScaleOrder::kRow
+  return layout == FP8QUANT_SCALE_ROW            ? ScaleOrder::kRow
          : layout == FP8QUANT_SCALE_PACKED_UE8M0 ? ScaleOrder::kPacked
                                                  : ScaleOrder::kColumn;
 }

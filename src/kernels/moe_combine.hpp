@@ -10,7 +10,7 @@ namespace fp8quant {
 
 struct CombineProblem {
   const void* y;
-  const int32_t* rows;  // [t, k]
+  const int32_t* rows;   // [t, k]
   const float* weights;  // [t, k]
   void* out;
   int64_t y_row_stride;    // elements

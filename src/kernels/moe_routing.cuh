@@ -223,8 +223,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   }
 }
 
-
-constexpr int32_t kOneKernelExperts = 512;      // the per-run counts fit shared memory
+constexpr int32_t kOneKernelExperts = 512;  // the per-run counts fit shared memory
 constexpr int32_t kOneKernelRowsPerBlock = 1024;
 // Dynamic shared memory the one-kernel routing takes without opting in to more (the default limit
 // is 48 KiB with its static arrays; 256 experts' counts fit)
@@ -258,7 +257,7 @@ __device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
   extern __shared__ uint32_t run_counts[];  // [kRoutingWarps][experts]: per run; after the scan, in the runs before
-  __shared__ int64_t first[kOneKernelExperts + 1];                 // first row of each expert; [experts]: M_sum
+  __shared__ int64_t first[kOneKernelExperts + 1];  // first row of each expert; [experts]: M_sum
   __shared__ int32_t count[kOneKernelExperts];
   __shared__ int64_t warp_sums[kRoutingWarps];
   const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -367,15 +366,16 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
     using IdT = std::conditional_t<kInt64, int64_t, int32_t>;
     if (routing_in_one_kernel(problem)) {
       const auto kernel = moe_route_kernel<Arch, IdT>;
-      const int64_t blocks = std::clamp<int64_t>((int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock,
-                                                 1, kOneKernelMaxBlocks);
+      const int64_t blocks = std::clamp<int64_t>(
+          (int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock, 1, kOneKernelMaxBlocks);
       const size_t smem = routing_counts_bytes(problem);
       if (smem > kDefaultMaxDynamicSmem) {
         // Past the default limit: opt in, on the current device (so at every launch), to the most
         // any launch takes (so that no other thread's launch lowers it between this one's two calls)
         constexpr int kMaxSmem = kRoutingWarps * kOneKernelExperts * sizeof(uint32_t);
-        FP8QUANT_RETURN_IF_ERROR(cuda_error(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem), "cudaFuncSetAttribute"));
+        FP8QUANT_RETURN_IF_ERROR(
+            cuda_error(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem),
+                       "cudaFuncSetAttribute"));
       }
       return cuda_error(launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads), stream,
                                         problem, problem.pdl, smem),
@@ -383,9 +383,9 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
     }
     const auto count = moe_count_kernel<Arch, IdT>;
     const auto place = moe_place_kernel<Arch, IdT>;
-    FP8QUANT_RETURN_IF_ERROR(cuda_error(
-        launch_with_pdl(count, dim3(problem.experts), dim3(kRoutingThreads), stream, problem, problem.pdl),
-        "kernel launch"));
+    FP8QUANT_RETURN_IF_ERROR(
+        cuda_error(launch_with_pdl(count, dim3(problem.experts), dim3(kRoutingThreads), stream, problem, problem.pdl),
+                   "kernel launch"));
     return cuda_error(
         launch_with_pdl(place, dim3(problem.experts + 1), dim3(kRoutingThreads), stream, problem, problem.pdl),
         "kernel launch");

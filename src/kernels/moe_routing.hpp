@@ -18,7 +18,7 @@ struct RoutingProblem {
   int32_t* masked_row;   // [slots], null when max_m == 0
   int32_t* status;       // [1]: fp8quant_routing_status_t bits
   int64_t expert_offset;
-  int32_t slots;    // t * k
+  int32_t slots;  // t * k
   int32_t k;
   int32_t experts;  // grid.x of the count kernel; the placement kernel has one more block
   int32_t align;

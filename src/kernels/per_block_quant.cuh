@@ -30,11 +30,11 @@ constexpr int kBlockQuantThreads = 256;
 
 template <typename T>
 struct BlockTile {
-  static constexpr int kVec = 16 / sizeof(T);                               // elements per 16 bytes
-  static constexpr int kRowThreads = kWeightBlock / kVec;                   // threads per block row
-  static constexpr int kRowsPerPass = kBlockQuantThreads / kRowThreads;     // rows per pass
-  static constexpr int kPasses = kWeightBlock / kRowsPerPass;               // passes per block
-  static constexpr int kWords = kPasses * 4;                                // 32-bit words a thread holds
+  static constexpr int kVec = 16 / sizeof(T);                            // elements per 16 bytes
+  static constexpr int kRowThreads = kWeightBlock / kVec;                // threads per block row
+  static constexpr int kRowsPerPass = kBlockQuantThreads / kRowThreads;  // rows per pass
+  static constexpr int kPasses = kWeightBlock / kRowsPerPass;            // passes per block
+  static constexpr int kWords = kPasses * 4;                             // 32-bit words a thread holds
   static_assert(kBlockQuantThreads % kRowThreads == 0 && kWeightBlock % kRowsPerPass == 0, "tile");
 };
 
@@ -72,7 +72,8 @@ __device__ __forceinline__ float block_max(float v, float* smem) {
 }
 
 template <class Arch, typename T, bool kUE8M0, bool kAligned>
-__global__ void __launch_bounds__(kBlockQuantThreads) per_block_quant_kernel(const __grid_constant__ BlockQuantProblem p) {
+__global__ void __launch_bounds__(kBlockQuantThreads)
+    per_block_quant_kernel(const __grid_constant__ BlockQuantProblem p) {
   using Tile = BlockTile<T>;
   __shared__ float warp_max[kBlockQuantThreads / 32];
 

@@ -16,10 +16,10 @@ struct BlockQuantProblem {
   const float* w_scale;  // requantization: w is float8_e4m3fn with these block scales; else null
   void* q;
   float* scale;
-  int64_t w_batch_stride;  // elements
-  int64_t w_row_stride;    // elements
-  int64_t q_batch_stride;  // bytes
-  int64_t q_row_stride;    // bytes
+  int64_t w_batch_stride;      // elements
+  int64_t w_row_stride;        // elements
+  int64_t q_batch_stride;      // bytes
+  int64_t q_row_stride;        // bytes
   int64_t scale_batch_stride;  // scale elements: row_blocks * col_blocks
   int32_t batch;
   int32_t n;

@@ -94,7 +94,9 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
 }
 
 // The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
-__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) { return (count + align - 1) / align * align; }
+__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) {
+  return (count + align - 1) / align * align;
+}
 
 // Destination rows of token `token`'s slots j0 .. j0 + kBatch - 1 (kScatter), -1 past its slots
 // or when not `live`.
@@ -211,7 +213,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
     // quantization of zeros below would store, without the work
     if (__all_sync(kFullMask, !live)) {
-      store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false, in_tile);
+      store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false,
+                                                   in_tile);
       return;
     }
   }
@@ -249,9 +252,10 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
         const int32_t row = slot_rows[i];
         const bool keep = row >= 0 && row < dest_total;
         const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
-        uint8_t* slot_dst = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
+        uint8_t* slot_dst =
+            static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
         store_group<kTeam, kOrder, kUE8M0, kAligned>(slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows),
-                                                      out, pos.g, sub, keep, keep);
+                                                     out, pos.g, sub, keep, keep);
       }
     }
   } else {

@@ -80,7 +80,9 @@ constexpr int32_t team_row_tile(ScaleOrder order, QuantSource source) {
 
 // Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles
 // of `tile` rows.
-constexpr int64_t team_units(int32_t tile, int64_t rows, int64_t slots) { return (rows + tile - 1) / tile * tile * slots; }
+constexpr int64_t team_units(int32_t tile, int64_t rows, int64_t slots) {
+  return (rows + tile - 1) / tile * tile * slots;
+}
 constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64_t slots) {
   return team_units(row_tile(layout), rows, slots);
 }

@@ -15,11 +15,11 @@ constexpr int64_t kNormMaxThreads = 1024;
 constexpr int64_t kNormMaxH = kNormSliceElems * kNormMaxThreads;  // 16384
 
 struct NormProblem {
-  const void* x;         // [m, h]
-  void* residual;        // [m, h], read then overwritten with x + residual; null: no residual
-  const void* weight;    // [h]
-  void* out;             // rms_norm: y [m, h] of x's dtype; rms_norm_quant: q [m, h] float8_e4m3fn
-  void* scale;           // rms_norm_quant: the scale layout's buffer; null for rms_norm
+  const void* x;                // [m, h]
+  void* residual;               // [m, h], read then overwritten with x + residual; null: no residual
+  const void* weight;           // [h]
+  void* out;                    // rms_norm: y [m, h] of x's dtype; rms_norm_quant: q [m, h] float8_e4m3fn
+  void* scale;                  // rms_norm_quant: the scale layout's buffer; null for rms_norm
   int64_t x_row_stride;         // elements
   int64_t residual_row_stride;  // elements
   int64_t out_row_stride;       // elements of out

@@ -77,12 +77,12 @@ __global__ void __launch_bounds__(kScaleTransformThreads)
 
 template <class Arch, ScaleTransform kOp, bool kDstRowMajor>
 fp8quant_status_t launch_scale_transform_as(const ScaleTransformProblem& p, cudaStream_t stream) {
-  const int64_t blocks = std::min((p.total + kScaleTransformThreads - 1) / kScaleTransformThreads,
-                                  kScaleTransformMaxBlocks);
+  const int64_t blocks =
+      std::min((p.total + kScaleTransformThreads - 1) / kScaleTransformThreads, kScaleTransformMaxBlocks);
   const auto kernel = scale_transform_kernel<Arch, kOp, kDstRowMajor>;
-  return cuda_error(launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kScaleTransformThreads), stream,
-                                    p, p.pdl),
-                    "kernel launch");
+  return cuda_error(
+      launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kScaleTransformThreads), stream, p, p.pdl),
+      "kernel launch");
 }
 
 // Launch the kernel instantiated for `problem` on `stream` (packing always writes MN-major words).

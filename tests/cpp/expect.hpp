@@ -9,12 +9,12 @@
 
 inline int failures = 0;
 
-#define EXPECT(cond)                                                                  \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
+#define EXPECT(cond)                                                                 \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
       std::fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                                     \
-    }                                                                                 \
+      ++failures;                                                                    \
+    }                                                                                \
   } while (0)
 
 // A refused call: INVALID_ARGUMENT, with a message that starts with "<arg>:" and contains `text`.

@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "expect.hpp"
-#include "gpu.hpp"
 #include "fp8quant/common.h"
+#include "gpu.hpp"
 
 // `call.run()` is refused: INVALID_ARGUMENT, with a message that starts with "<arg>:" and
 // contains `text`.

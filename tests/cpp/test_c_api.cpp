@@ -33,9 +33,8 @@ struct Call {
   float eps = 1e-10f;
 
   fp8quant_status_t run() const {
-    return fp8quant_per_token_group_quant(x, dtype, batch, m, k, x_batch_stride, x_row_stride, q,
-                                          q_batch_stride, q_row_stride, scale, layout, ue8m0,
-                                          group_size, eps, nullptr);
+    return fp8quant_per_token_group_quant(x, dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride,
+                                          q_row_stride, scale, layout, ue8m0, group_size, eps, nullptr);
   }
 };
 
@@ -84,11 +83,13 @@ void test_scale_shape() {
   fp8quant_scale_shape_t s{};
   // M = 5 rows, G = 7 groups: Ma = 8, P = 2
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 3, 5, 7, &s) == FP8QUANT_SUCCESS);
-  EXPECT(s.rows == 5 && s.cols == 7 && s.row_stride == 7 && s.col_stride == 1 && s.batch_stride == 35 && s.numel == 105);
+  EXPECT(s.rows == 5 && s.cols == 7 && s.row_stride == 7 && s.col_stride == 1 && s.batch_stride == 35 &&
+         s.numel == 105);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_MN, 1, 5, 7, &s) == FP8QUANT_SUCCESS);
   EXPECT(s.rows == 5 && s.cols == 7 && s.row_stride == 1 && s.col_stride == 5 && s.numel == 35);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_MN_TMA, 2, 5, 7, &s) == FP8QUANT_SUCCESS);
-  EXPECT(s.rows == 8 && s.cols == 7 && s.row_stride == 1 && s.col_stride == 8 && s.batch_stride == 56 && s.numel == 112);
+  EXPECT(s.rows == 8 && s.cols == 7 && s.row_stride == 1 && s.col_stride == 8 && s.batch_stride == 56 &&
+         s.numel == 112);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, 1, 5, 7, &s) == FP8QUANT_SUCCESS);
   EXPECT(s.rows == 8 && s.cols == 2 && s.row_stride == 1 && s.col_stride == 8 && s.numel == 16);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_PACKED_UE8M0, 1, 0, 7, &s) == FP8QUANT_SUCCESS);
@@ -99,7 +100,8 @@ void test_scale_shape() {
   EXPECT(fp8quant_scale_shape(static_cast<fp8quant_scale_layout_t>(9), 1, 1, 1, &s) == FP8QUANT_ERROR_INVALID_ARGUMENT);
   EXPECT(std::strncmp(fp8quant_last_error(), "layout:", 7) == 0);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, 1, 1, nullptr) == FP8QUANT_ERROR_INVALID_ARGUMENT);
-  EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, int64_t{1} << 40, int64_t{1} << 40, &s) == FP8QUANT_ERROR_INVALID_ARGUMENT);
+  EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, int64_t{1} << 40, int64_t{1} << 40, &s) ==
+         FP8QUANT_ERROR_INVALID_ARGUMENT);
 }
 
 void test_validation() {
@@ -162,12 +164,14 @@ void test_strides() {
   Call c;
   c.batch = 2, c.x_batch_stride = -1, c.q_batch_stride = 1024, expect_invalid(c, "x_batch_stride");
   c = Call(), c.m = 2, c.x_row_stride = kMax / 2, expect_invalid(c, "x_row_stride");  // x 2 bytes each
-  c = Call(), c.batch = 2, c.q_batch_stride = 1024, c.x_batch_stride = kMax / 2 - 1, expect_invalid(c, "x_batch_stride");
+  c = Call(), c.batch = 2, c.q_batch_stride = 1024, c.x_batch_stride = kMax / 2 - 1,
+  expect_invalid(c, "x_batch_stride");
   c = Call(), c.batch = 3, c.q_batch_stride = kMax / 2, expect_invalid(c, "q_batch_stride");
   c = Call(), c.m = 3, c.q_row_stride = kMax / 2, expect_invalid(c, "q_row_stride");
   // Unused strides may be anything (DLPack producers report some as 0 or negative)
   c = Call(), c.m = 1, c.x_row_stride = -7, c.q_row_stride = -9, expect_accepted(c, "m = 1, negative row strides");
-  c = Call(), c.batch = 1, c.x_batch_stride = -3, c.q_batch_stride = -5, expect_accepted(c, "batch = 1, negative batch strides");
+  c = Call(), c.batch = 1, c.x_batch_stride = -3, c.q_batch_stride = -5,
+  expect_accepted(c, "batch = 1, negative batch strides");
   c = Call(), c.m = 1, c.x_row_stride = kMax, c.q_row_stride = kMax, expect_accepted(c, "m = 1, huge row strides");
   // Rows of x may repeat (stride 0); batches of x too
   c = Call(), c.x_row_stride = 0, expect_accepted(c, "x_row_stride = 0");
@@ -230,8 +234,8 @@ bool test_launch() {
   cudaMalloc(&ds, 4 * 4);
   cudaMemset(ds, 0xFF, 16);
   cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
-  const fp8quant_status_t st = fp8quant_per_token_group_quant(
-      dx, FP8QUANT_DTYPE_BFLOAT16, 1, m, k, 0, k, dq, 0, k, ds, FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-10f, nullptr);
+  const fp8quant_status_t st = fp8quant_per_token_group_quant(dx, FP8QUANT_DTYPE_BFLOAT16, 1, m, k, 0, k, dq, 0, k, ds,
+                                                              FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-10f, nullptr);
   if (st == FP8QUANT_ERROR_UNSUPPORTED_DEVICE) return false;
   EXPECT(st == FP8QUANT_SUCCESS);
   std::vector<uint8_t> q(m * k);
@@ -239,8 +243,8 @@ bool test_launch() {
   cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost);
   cudaMemcpy(s, ds, sizeof(s), cudaMemcpyDeviceToHost);
   EXPECT(s[0] == 1.0f && s[1] == 1.5f && s[2] == 0.0f && s[3] == 0.0f);  // rows 2, 3: padding
-  EXPECT(q[5] == 0x7E && q[0] == 0x38);            // 448 -> 0x7E, 1.0 -> 0x38
-  EXPECT(q[k + 7] == 0xFE && q[k] == 0x33);        // -672/1.5 = -448; 1/1.5 -> 0.6875 = 0x33
+  EXPECT(q[5] == 0x7E && q[0] == 0x38);                                  // 448 -> 0x7E, 1.0 -> 0x38
+  EXPECT(q[k + 7] == 0xFE && q[k] == 0x33);                              // -672/1.5 = -448; 1/1.5 -> 0.6875 = 0x33
   cudaFree(dx);
   cudaFree(dq);
   cudaFree(ds);

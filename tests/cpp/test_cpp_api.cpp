@@ -39,7 +39,8 @@ int main() {
     expect(std::strstr(e.what(), "m: must be >= 0") != nullptr, "scale_shape message names m");
   }
   try {  // the C API's eps floor holds for the wrapper's default arguments too
-    fp8quant::per_token_group_quant(buf, FP8QUANT_DTYPE_BFLOAT16, 4, 256, buf, buf, FP8QUANT_SCALE_ROW, 128, false, 1e-45f);
+    fp8quant::per_token_group_quant(buf, FP8QUANT_DTYPE_BFLOAT16, 4, 256, buf, buf, FP8QUANT_SCALE_ROW, 128, false,
+                                    1e-45f);
     expect(false, "eps 1e-45 throws");
   } catch (const fp8quant::Error& e) {
     expect(std::strstr(e.what(), "eps: must be finite and at least the smallest normal float32") != nullptr,

@@ -109,25 +109,25 @@ int main() {
   compare<<<132 * 16, 256>>>(uint64_t{1} << 32, counts);
   unsigned long long h[3];
   if (!read_counts(counts, h, 3)) return 1;
-  std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0],
-              h[1], h[2]);
+  std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0], h[1], h[2]);
   const bool divisions_ok = h[1] == 0 && h[2] == 0 && h[0] > (uint64_t{3} << 30);
 
   cudaMemset(counts, 0, 2 * sizeof(*counts));
   compare_scales<<<132 * 16, 256>>>(counts);
   if (!read_counts(counts, h, 2)) return 1;
-  std::printf("%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448\n", h[0],
-              h[1]);
+  std::printf("%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448\n", h[0], h[1]);
   const bool scales_ok = h[1] == 0 && h[0] == 0x7F800000ull;
 
   cudaMemset(counts, 0, 2 * sizeof(*counts));
   compare_reciprocals<<<132 * 16, 256>>>(counts);
   if (!read_counts(counts, h, 2)) return 1;
-  std::printf("%llu scales (every float32 from 2^-90 to FLT_MAX / 448): %llu reciprocal mismatches against "
-              "__frcp_rn\n", h[0], h[1]);
+  std::printf(
+      "%llu scales (every float32 from 2^-90 to FLT_MAX / 448): %llu reciprocal mismatches against "
+      "__frcp_rn\n",
+      h[0], h[1]);
   // Every float32 of the range was compared: their bit patterns are consecutive
-  const unsigned long long scales = float_bits(FLT_MAX / fp8quant::math::kFp8Max) -
-                                    float_bits(fp8quant::math::kFastDivMinScale) + 1ull;
+  const unsigned long long scales =
+      float_bits(FLT_MAX / fp8quant::math::kFp8Max) - float_bits(fp8quant::math::kFastDivMinScale) + 1ull;
   const bool reciprocals_ok = h[1] == 0 && h[0] == scales;
   return divisions_ok && scales_ok && reciprocals_ok ? 0 : 1;
 }

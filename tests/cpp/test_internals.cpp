@@ -95,8 +95,9 @@ void test_dispatch() {
     expect(op_of(op, &got) == FP8QUANT_SUCCESS && got == op, "each scale transform reaches its constant");
   }
   got = ScaleTransform::kConvert;
-  expect(op_of(static_cast<ScaleTransform>(7), &got) == FP8QUANT_ERROR_INVALID_ARGUMENT && got == ScaleTransform::kConvert,
-         "an unlisted transform runs nothing");
+  expect(
+      op_of(static_cast<ScaleTransform>(7), &got) == FP8QUANT_ERROR_INVALID_ARGUMENT && got == ScaleTransform::kConvert,
+      "an unlisted transform runs nothing");
   expect(message_starts_with("op: no kernel is compiled for value 7"), "the message names op");
 }
 
@@ -106,7 +107,8 @@ void test_kernel_arch() {
   expect(fp8quant::kernel_arch({10, 0, 148}, &arch) == FP8QUANT_SUCCESS && arch == 10, "10.0 (B200) runs sm_100f");
   arch = 0;
   expect(fp8quant::kernel_arch({10, 3, 148}, &arch) == FP8QUANT_SUCCESS && arch == 10, "10.3 (B300) runs sm_100f");
-  for (const auto& [major, minor] : std::initializer_list<std::pair<int, int>>{{8, 0}, {8, 9}, {11, 0}, {12, 0}, {12, 1}}) {
+  for (const auto& [major, minor] :
+       std::initializer_list<std::pair<int, int>>{{8, 0}, {8, 9}, {11, 0}, {12, 0}, {12, 1}}) {
     arch = -1;
     const fp8quant_status_t st = fp8quant::kernel_arch({major, minor, 1}, &arch);
     const std::string cc = std::to_string(major) + "." + std::to_string(minor);

@@ -106,9 +106,9 @@ void test_silu_validation() {
   const int32_t* used = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
   const auto run = [&](int64_t group_size, const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m,
                        int64_t batch, int64_t align = 128) {
-    return fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, batch, 100, 512, 100 * 1024, 1024, m_indices,
-                                   used_rows, masked_m, align, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0,
-                                   group_size, 1e-10f, nullptr);
+    return fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, batch, 100, 512, 100 * 1024, 1024, m_indices, used_rows,
+                                   masked_m, align, q, 100 * 512, 512, scale, FP8QUANT_SCALE_MN_TMA, 0, group_size,
+                                   1e-10f, nullptr);
   };
   const bool gpu = have_gpu();
   if (!gpu) {
@@ -122,7 +122,8 @@ void test_silu_validation() {
   invalid(run(128, kRows, nullptr, nullptr, 2), "m_indices");
   invalid(run(128, nullptr, used, kRows, 2), "used_rows");  // used_rows needs m_indices
   invalid(run(128, nullptr, nullptr, kRows, 2, 0), "align");
-  invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, nullptr, 1), "q");  // overlaps q
+  invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, nullptr, 1),
+          "q");  // overlaps q
   invalid(run(128, kRows, reinterpret_cast<const int32_t*>(static_cast<const char*>(scale) + 8), nullptr, 1), "scale");
 }
 
@@ -152,7 +153,8 @@ void test_dispatch_validation() {
   invalid(run(100, 128, kRows, counts, nullptr, 0), "max_m");   // masked: max_m >= 1
   invalid(run(100, 128, kRows, nullptr, offsets, 0), "counts");
   invalid(run(100, 128, nullptr, counts, offsets, 0), "slot_rows");
-  invalid(run(100, 128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64), counts, offsets, 0), "q");
+  invalid(run(100, 128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64), counts, offsets, 0),
+          "q");
 }
 
 uint16_t bf16(float f) {

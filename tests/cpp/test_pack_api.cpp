@@ -29,24 +29,29 @@ void test_validation() {
   expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, 5, 0, nullptr), "num_groups");
   expect_invalid_argument(fp8quant_convert_scales(nullptr, row, kDst, tma, 1, 5, 3, nullptr), "src", "null");
   expect_invalid_argument(fp8quant_convert_scales(kSrc + 1, row, kSrc, tma, 1, 5, 3, nullptr), "dst", "overlaps src");
-  expect_valid_without_gpu([&] { return fp8quant_convert_scales(kSrc + 24, row, kSrc, tma, 1, 5, 3, nullptr); });  // just apart
+  expect_valid_without_gpu(
+      [&] { return fp8quant_convert_scales(kSrc + 24, row, kSrc, tma, 1, 5, 3, nullptr); });    // just apart
   EXPECT(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, 0, 3, nullptr) == FP8QUANT_SUCCESS);  // empty
-  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, int64_t{1} << 40, int64_t{1} << 30, nullptr), "m",
-                 "overflow");
+  expect_invalid_argument(fp8quant_convert_scales(kSrc, row, kDst, tma, 1, int64_t{1} << 40, int64_t{1} << 30, nullptr),
+                          "m", "overflow");
 
   expect_valid_without_gpu([&] { return fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, kFlag, nullptr); });
   expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, packed, words, 1, 5, 7, kFlag, nullptr), "src_layout");
-  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, reinterpret_cast<int32_t*>(kSrc) + 4, 1, 5, 7, nullptr, nullptr),
-                 "dst", "overlaps src");  // src's mn_tma buffer is 8 rows x 7 groups
-  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 1), nullptr),
-                 "first_invalid", "8-byte aligned");
-  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 2), nullptr),
-                 "first_invalid", "overlaps dst");
-  expect_invalid_argument(fp8quant_unpack_ue8m0(reinterpret_cast<int32_t*>(kSrc), kDst, packed, 1, 5, 7, nullptr, nullptr),
-                 "dst_layout");
-  expect_invalid_argument(fp8quant_unpack_ue8m0(reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kSrc) + 2), kDst,
-                                       row, 1, 5, 7, nullptr, nullptr),
-                 "src", "4-byte aligned");
+  expect_invalid_argument(
+      fp8quant_pack_ue8m0(kSrc, tma, reinterpret_cast<int32_t*>(kSrc) + 4, 1, 5, 7, nullptr, nullptr), "dst",
+      "overlaps src");  // src's mn_tma buffer is 8 rows x 7 groups
+  expect_invalid_argument(
+      fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 1), nullptr), "first_invalid",
+      "8-byte aligned");
+  expect_invalid_argument(
+      fp8quant_pack_ue8m0(kSrc, tma, words, 1, 5, 7, reinterpret_cast<uint64_t*>(kDst + 2), nullptr), "first_invalid",
+      "overlaps dst");
+  expect_invalid_argument(
+      fp8quant_unpack_ue8m0(reinterpret_cast<int32_t*>(kSrc), kDst, packed, 1, 5, 7, nullptr, nullptr), "dst_layout");
+  expect_invalid_argument(
+      fp8quant_unpack_ue8m0(reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kSrc) + 2), kDst, row, 1, 5,
+                            7, nullptr, nullptr),
+      "src", "4-byte aligned");
   expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, 300, 7, 0, words, nullptr, nullptr), "block_n");
   expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, 300, 0, 128, words, nullptr, nullptr), "k_blocks");
   expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, -1, 7, 128, words, nullptr, nullptr), "n");
@@ -55,15 +60,17 @@ void test_validation() {
   const void* w = kSrc;
   void* q = kDst;
   float* s = reinterpret_cast<float*>(kFlag);
-  expect_valid_without_gpu([&] { return fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128,
-                                                     1e-4f, nullptr); });
-  expect_invalid_argument(fp8quant_requantize_ue8m0(w, nullptr, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
-                 "w_scale", "null");
+  expect_valid_without_gpu([&] {
+    return fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr);
+  });
+  expect_invalid_argument(
+      fp8quant_requantize_ue8m0(w, nullptr, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr), "w_scale",
+      "null");
   expect_invalid_argument(fp8quant_requantize_ue8m0(w, s, 1, 200, 300, 0, 300, q, 0, 300, s, 128, 128, 1e-4f, nullptr),
-                 "scale", "overlaps w_scale");
-  expect_invalid_argument(fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 64, 128, 1e-4f,
-                                           nullptr),
-                 "block_n");
+                          "scale", "overlaps w_scale");
+  expect_invalid_argument(
+      fp8quant_requantize_ue8m0(w, kSrc + 100000, 1, 200, 300, 0, 300, q, 0, 300, s, 64, 128, 1e-4f, nullptr),
+      "block_n");
 }
 
 float pow2(int k) {

@@ -12,18 +12,18 @@
 #include <vector>
 
 #include "expect.hpp"
-#include "gpu.hpp"
 #include "fp8quant/fp8quant.h"
+#include "gpu.hpp"
 
 namespace {
 
-#define CHECK_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    const cudaError_t err_ = (expr);                                                          \
-    if (err_ != cudaSuccess) {                                                                \
+#define CHECK_CUDA(expr)                                                                            \
+  do {                                                                                              \
+    const cudaError_t err_ = (expr);                                                                \
+    if (err_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 constexpr int64_t kM = 1024, kK = 7168, kN = kM * kK;
@@ -62,9 +62,9 @@ struct Buffers {
 };
 
 void quantize(const Buffers& b, cudaStream_t stream) {
-  const fp8quant_status_t st = fp8quant_per_token_group_quant(
-      b.x, FP8QUANT_DTYPE_BFLOAT16, 1, kM, kK, 0, kK, b.q, 0, kK, b.scale, FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-4f,
-      stream);
+  const fp8quant_status_t st =
+      fp8quant_per_token_group_quant(b.x, FP8QUANT_DTYPE_BFLOAT16, 1, kM, kK, 0, kK, b.q, 0, kK, b.scale,
+                                     FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-4f, stream);
   if (st != FP8QUANT_SUCCESS) {
     std::fprintf(stderr, "quantize: %s: %s\n", fp8quant_status_string(st), fp8quant_last_error());
     std::exit(1);
@@ -187,9 +187,10 @@ int main() {
   int64_t stale_seen = 0;
   for (int64_t i = 0; i < kN; ++i) stale_seen += seen[i] == stale[i] && stale[i] != final_x[i];
   if (seen != stale) {
-    std::fprintf(stderr, "the control kernel read only %lld of %lld elements before the producer wrote them: "
-                         "this test could not catch a missing wait\n", static_cast<long long>(stale_seen),
-                 static_cast<long long>(kN));
+    std::fprintf(stderr,
+                 "the control kernel read only %lld of %lld elements before the producer wrote them: "
+                 "this test could not catch a missing wait\n",
+                 static_cast<long long>(stale_seen), static_cast<long long>(kN));
     ++failures;
   }
 

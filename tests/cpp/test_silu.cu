@@ -67,8 +67,10 @@ bool check(const char* name, unsigned long long* counts) {
     std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return false;
   }
-  std::printf("%s: %llu gate words: %llu silu_mul2 mismatches with up = 1, %llu with a random up; "
-              "%llu mul2 mismatches\n", name, h[0], h[1], h[2], h[3]);
+  std::printf(
+      "%s: %llu gate words: %llu silu_mul2 mismatches with up = 1, %llu with a random up; "
+      "%llu mul2 mismatches\n",
+      name, h[0], h[1], h[2], h[3]);
   return h[0] == 0x100000000ull && h[1] == 0 && h[2] == 0 && h[3] == 0;
 }
 

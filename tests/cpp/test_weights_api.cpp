@@ -61,7 +61,8 @@ void test_validation() {
   c = Call(), c.batch = 2, c.q_batch_stride = 60000, expect_valid_without_gpu(c);
   c = Call(), c.n = 1, c.w_row_stride = -9, c.q_row_stride = -9, expect_valid_without_gpu(c);  // unused strides
   c = Call(), c.q = const_cast<void*>(kW), expect_invalid(c, "q", "overlaps w");
-  c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 59996), expect_invalid(c, "scale", "overlaps q");
+  c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 59996),
+  expect_invalid(c, "scale", "overlaps q");
   c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 60000), expect_valid_without_gpu(c);
 }
 
