@@ -50,13 +50,13 @@ typedef struct fp8quant_scale_shape {
 /**
  * @brief Compute the scale geometry of a layout.
  *
- * @param layout      Scale layout.
+ * @param scale_layout Scale layout.
  * @param batch       Number of batches (1 for 2-D input), >= 0.
  * @param m           Rows per batch, >= 0.
  * @param num_groups  Groups per row (`K / group_size`), >= 0.
  * @param[out] shape  Filled on success.
  */
-FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m,
+FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m,
                                                     int64_t num_groups, fp8quant_scale_shape_t* shape);
 
 /**

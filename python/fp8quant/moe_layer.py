@@ -33,6 +33,7 @@ the slots past T of one expert are dropped. Use ``layout="contiguous"`` for such
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -96,11 +97,24 @@ class ExpertWeights(NamedTuple):
         return tuple(self.q.shape)
 
 
-def prepare_experts(w: torch.Tensor, scale: torch.Tensor | None = None) -> ExpertWeights:
+def prepare_experts(
+    w: torch.Tensor, w_scale: torch.Tensor | None = None, *, scale: torch.Tensor | None = None
+) -> ExpertWeights:
     """Expert weights ``[E, N, K]`` for :func:`moe_layer`: bf16/fp16/fp32 weights are quantized in
     128 x 128 blocks (:func:`fp8quant.per_block_quant`); a checkpoint's float8_e4m3fn weight comes
-    with its ``scale`` (``weight_scale_inv``, ``[E, ceil(N/128), ceil(K/128)]``) and is checked
-    and kept as it is. K must be a multiple of 128 (the GEMMs' K blocks)."""
+    with its ``w_scale`` (``weight_scale_inv``, ``[E, ceil(N/128), ceil(K/128)]``) and is checked
+    and kept as it is. K must be a multiple of 128 (the GEMMs' K blocks). ``scale`` is
+    ``w_scale``'s deprecated name (docs/contract.md, "Names"), kept for one release."""
+    if scale is not None:
+        warnings.warn(
+            "prepare_experts(scale=...) is deprecated: pass w_scale, the name of a weight's block scales "
+            "everywhere (docs/contract.md, 'Names'); scale will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if w_scale is not None:
+            raise TypeError("pass w_scale only: scale is its deprecated name")
+        w_scale = scale
     if not isinstance(w, torch.Tensor) or w.dim() != 3:
         raise TypeError("w must be a tensor [E, N, K]")
     e, n, k = w.shape
@@ -108,13 +122,13 @@ def prepare_experts(w: torch.Tensor, scale: torch.Tensor | None = None) -> Exper
         raise ValueError(f"w must be [E, N, K] with E, N >= 1 and K a positive multiple of 128, got {tuple(w.shape)}")
     want = (e, -(-n // 128), k // 128)
     if w.dtype == FP8_DTYPE:
-        if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != want:
-            raise ValueError(f"a float8_e4m3fn w needs its block scales: float32 {want}")
-        if scale.device != w.device:
-            raise ValueError(f"scale is on {scale.device}, w on {w.device}")
-        return ExpertWeights(w.contiguous(), scale.contiguous())
-    if scale is not None:
-        raise ValueError("scale goes with a float8_e4m3fn w only (other dtypes are quantized here)")
+        if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32 or tuple(w_scale.shape) != want:
+            raise ValueError(f"a float8_e4m3fn w needs its block scales w_scale: float32 {want}")
+        if w_scale.device != w.device:
+            raise ValueError(f"w_scale is on {w_scale.device}, w on {w.device}")
+        return ExpertWeights(w.contiguous(), w_scale.contiguous())
+    if w_scale is not None:
+        raise ValueError("w_scale goes with a float8_e4m3fn w only (other dtypes are quantized here)")
     q, s = per_block_quant(w.contiguous())
     return ExpertWeights(q, s)
 

@@ -170,10 +170,10 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
 
 extern "C" {
 
-fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t batch, int64_t m, int64_t num_groups,
-                                       fp8quant_scale_shape_t* shape) {
+fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m,
+                                       int64_t num_groups, fp8quant_scale_shape_t* shape) {
   FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
-  FP8QUANT_CHECK_ARG(is_layout(layout), "layout", "unknown scale layout " + std::to_string(layout));
+  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout", "unknown scale layout " + std::to_string(scale_layout));
   FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
   FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + std::to_string(m));
   FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + std::to_string(num_groups));
@@ -181,7 +181,7 @@ fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t layout, int64_t b
   FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign) &&
                          (batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch),
                      "m", "the scales of this many rows and groups overflow 64-bit sizes");
-  *shape = scale_geometry(layout, batch, m, num_groups);
+  *shape = scale_geometry(scale_layout, batch, m, num_groups);
   return FP8QUANT_SUCCESS;
 }
 

@@ -98,7 +98,7 @@ void test_scale_shape() {
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, -1, 7, &s) == FP8QUANT_ERROR_INVALID_ARGUMENT);
   EXPECT(std::strncmp(fp8quant_last_error(), "m:", 2) == 0);
   EXPECT(fp8quant_scale_shape(static_cast<fp8quant_scale_layout_t>(9), 1, 1, 1, &s) == FP8QUANT_ERROR_INVALID_ARGUMENT);
-  EXPECT(std::strncmp(fp8quant_last_error(), "layout:", 7) == 0);
+  EXPECT(std::strncmp(fp8quant_last_error(), "scale_layout:", 13) == 0);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, 1, 1, nullptr) == FP8QUANT_ERROR_INVALID_ARGUMENT);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, int64_t{1} << 40, int64_t{1} << 40, &s) ==
          FP8QUANT_ERROR_INVALID_ARGUMENT);

@@ -147,7 +147,7 @@ def test_c_scale_shape_rejects_bad_arguments():
         _C.scale_shape(2, 1, 4, -2)
     with pytest.raises(ValueError, match=r"^batch: must be >= 0, got -1$"):
         _C.scale_shape(1, -1, 4, 2)
-    with pytest.raises(ValueError, match=r"^layout: unknown scale layout 7$"):
+    with pytest.raises(ValueError, match=r"^scale_layout: unknown scale layout 7$"):
         _C.scale_shape(7, 1, 4, 2)
     with pytest.raises(ValueError, match=r"^m: .*overflow"):
         _C.scale_shape(2, 1, 2**40, 2**30)

@@ -66,8 +66,17 @@ def test_checkpoint_weights_are_kept():
     q, s = fp8quant.per_block_quant(w13)
     prepared = fp8quant.prepare_experts(q, s)
     assert prepared.q is q or torch.equal(prepared.q.view(torch.uint8), q.view(torch.uint8))
-    with pytest.raises(ValueError, match=r"needs its block scales: float32 \(8, 4, 2\)"):
+    with pytest.raises(ValueError, match=r"needs its block scales w_scale: float32 \(8, 4, 2\)"):
         fp8quant.prepare_experts(q)
+    assert torch.equal(fp8quant.prepare_experts(q, w_scale=s).scale, s)
+    # scale: w_scale's deprecated name, for one release
+    with pytest.warns(DeprecationWarning, match=r"^prepare_experts\(scale=\.\.\.\) is deprecated: pass w_scale"):
+        assert torch.equal(fp8quant.prepare_experts(q, scale=s).scale, s)
+    with (
+        pytest.raises(TypeError, match=r"^pass w_scale only: scale is its deprecated name$"),
+        pytest.warns(DeprecationWarning),
+    ):
+        fp8quant.prepare_experts(q, s, scale=s)
     with pytest.raises(ValueError, match=r"K a positive multiple of 128"):
         fp8quant.prepare_experts(torch.ones(2, 128, 100))
 
