@@ -193,11 +193,12 @@ def test_model_runs_tiny_dims_on_the_cpu(tmp_path):
     assert [r["measurement"] for r in report["results"]] == ["prefill T=16", "prefill T=32", "decode step, batch 1"]
     assert all(r["bf16_ms"] > 0 and r["fp8quant_ms"] > 0 for r in report["results"])
     assert 0 < report["calc_diff"]["fp8quant"] <= 1.1 * report["calc_diff"]["floor"]
-    args = build_parser().parse_args(["bench", "--model", "deepseek-v3", "--layers", "1"])
-    with pytest.raises(
-        SystemExit, match=r"^--layers must be >= 2 \(the first layer is dense, the others MoE\), got 1$"
-    ):
-        args.run(args)
+    for layers in ("1", "0"):
+        args = build_parser().parse_args(["bench", "--model", "deepseek-v3", "--layers", layers])
+        with pytest.raises(
+            SystemExit, match=rf"^--layers must be >= 2 \(the first layer is dense, the others MoE\), got {layers}$"
+        ):
+            args.run(args)
 
 
 def test_gpu_options_are_refused_on_the_cpu():

@@ -6,8 +6,6 @@ otherwise), and generate() running offline. Marked ``gpu``; not yet run (issue 2
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -32,8 +30,7 @@ def test_real_dims_within_the_floor(arch, backend, moe_backend):
     if backend == "scaled_mm" and torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("torch._scaled_mm's blockwise recipe is SM90's")
     device = torch.device("cuda")
-    bf16, floor, _ = build(arch, 2, device, tiny=False)
-    fp8 = fqt.enable(fqt.quantize(copy.deepcopy(bf16)), backend=backend, moe_backend=moe_backend)
+    bf16, floor, fp8 = build(arch, 2, device, tiny=False, backend=backend, moe_backend=moe_backend)
     recipes = sorted({m.weight.recipe.name for m in fp8.modules() if isinstance(m, fqt.FP8QuantLinear)})
     ids = torch.randint(0, model_config(arch, 2, False).vocab_size, (1, 256), device=device,
                         generator=torch.Generator(device=device).manual_seed(0))  # fmt: skip

@@ -238,7 +238,5 @@ def main(args: argparse.Namespace) -> int:
     if mode == "model":
         from .model import run_model  # noqa: PLC0415
 
-        if args.layers is not None and args.layers < 2:
-            raise SystemExit(f"--layers must be >= 2 (the first layer is dense, the others MoE), got {args.layers}")
         return run_model(args)
     return emit(run_cpu(args) if cpu else run_gpu(args), args)

@@ -66,8 +66,11 @@ def model_config(name: str, layers: int, tiny: bool):
     raise SystemExit(f"--model must be one of {', '.join(MODELS)}, got {name!r}")
 
 
-def build(name: str, layers: int, device: torch.device, tiny: bool):
-    """(bf16 model, its format floor, the same weights in FP8 on fp8quant), random weights."""
+def build(
+    name: str, layers: int, device: torch.device, tiny: bool, *, backend: str = "auto", moe_backend: str = "auto"
+):
+    """(bf16 model, its format floor, the same weights in FP8 on fp8quant), random weights; the
+    FP8 model's GEMMs on ``backend`` and ``moe_backend`` (:func:`fp8quant.integrations.transformers.enable`)."""
     import transformers  # noqa: PLC0415
 
     from ..integrations import transformers as fp8quant_tf  # noqa: PLC0415
@@ -78,7 +81,7 @@ def build(name: str, layers: int, device: torch.device, tiny: bool):
     with torch.device(device):
         bf16 = cls(config).to(torch.bfloat16).eval()
     floor = fp8quant_tf.format_floor(copy.deepcopy(bf16))
-    fp8 = fp8quant_tf.enable(fp8quant_tf.quantize(copy.deepcopy(bf16)))
+    fp8 = fp8quant_tf.enable(fp8quant_tf.quantize(copy.deepcopy(bf16)), backend=backend, moe_backend=moe_backend)
     return bf16, floor, fp8
 
 
@@ -156,12 +159,10 @@ def logits_diffs(bf16, floor, fp8, t: int, vocab: int, device: torch.device) -> 
 def run_model(args: argparse.Namespace) -> int:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     tiny = device.type == "cpu"
-    layers = args.layers or (CPU_LAYERS if tiny else LAYERS)
+    layers = args.layers if args.layers is not None else (CPU_LAYERS if tiny else LAYERS)
     if layers < 2:
         raise SystemExit(f"--layers must be >= 2 (the first layer is dense, the others MoE), got {layers}")
-    prefill = args.m or (
-        (CPU_PREFILL_T if tiny else PREFILL_T)[:1] if args.quick else (CPU_PREFILL_T if tiny else PREFILL_T)
-    )
+    prefill = args.m or (CPU_PREFILL_T if tiny else PREFILL_T)[: 1 if args.quick else None]
     batches = (CPU_DECODE_BATCH if tiny else DECODE_BATCH)[: 1 if args.quick else None]
     prompt, vocab = (CPU_PROMPT, CPU_VOCAB) if tiny else (PROMPT, VOCAB)
     if tiny:
