@@ -273,14 +273,14 @@ NB_MODULE(_C, mod) {
   mod.def("version", &fp8quant_version);
   mod.def("cuda_version", &fp8quant_cuda_version,
           "CUDA toolkit version the library was built with, as CUDART_VERSION (13000 for 13.0)");
-  mod.def("scale_shape", &scale_shape, nb::arg("layout"), nb::arg("batch"), nb::arg("m"),
+  mod.def("scale_shape", &scale_shape, nb::arg("scale_layout"), nb::arg("batch"), nb::arg("m"),
           nb::arg("num_groups"));
   mod.def("set_pdl", [](bool enabled) { return fp8quant_set_pdl(enabled ? 1 : 0) != 0; }, nb::arg("enabled"),
           "Turn programmatic dependent launch on or off for every later launch; returns the previous setting");
   mod.def("pdl_enabled", [] { return fp8quant_pdl_enabled() != 0; });
   mod.def("per_token_group_quant_ptr", &per_token_group_quant_ptr, nb::arg("x"), nb::arg("x_dtype"),
           nb::arg("batch"), nb::arg("m"), nb::arg("k"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"),
-          nb::arg("q"), nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"),
+          nb::arg("q"), nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
           "fp8quant_per_token_group_quant on device addresses (x, q, scale), strides in elements of x and "
           "bytes of q, and a CUDA stream address. The C API checks every argument; scale must point at the "
@@ -313,12 +313,12 @@ NB_MODULE(_C, mod) {
   mod.def("silu_mul_quant_ptr", &silu_mul_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
           nb::arg("n"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
           nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("used_rows"), nb::arg("masked_m"), nb::arg("align"),
-          nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"),
+          nb::arg("scale"), nb::arg("scale_layout"), nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"),
           nb::arg("stream"), "fp8quant_silu_mul_quant on device addresses (m_indices, used_rows and masked_m may be 0).");
   mod.def("moe_dispatch_quant_ptr", &moe_dispatch_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("tokens"),
           nb::arg("h"), nb::arg("x_row_stride"), nb::arg("slot_rows"), nb::arg("k"), nb::arg("counts"),
           nb::arg("row_offsets"), nb::arg("experts"), nb::arg("align"), nb::arg("rows"), nb::arg("max_m"), nb::arg("q"),
-          nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"), nb::arg("ue8m0"),
+          nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"), nb::arg("ue8m0"),
           nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
           "fp8quant_moe_dispatch_quant on device addresses (row_offsets 0 for the masked layout).");
   mod.def("rms_norm_ptr", &rms_norm_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("dtype"),
@@ -327,11 +327,11 @@ NB_MODULE(_C, mod) {
           "fp8quant_rms_norm on device addresses (residual 0 for none), strides in elements.");
   mod.def("rms_norm_quant_ptr", &rms_norm_quant_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"),
           nb::arg("dtype"), nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"),
-          nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("layout"),
+          nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("quant_eps"), nb::arg("stream"),
           "fp8quant_rms_norm_quant on device addresses (residual 0 for none; q's row stride in bytes).");
   mod.def("per_token_group_quant", &per_token_group_quant, nb::arg("x").noconvert(),
-          nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("layout"),
+          nb::arg("q").noconvert(), nb::arg("scale").noconvert(), nb::arg("scale_layout"),
           nb::arg("ue8m0"), nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
           "Quantize x into q (uint8 view of the float8 output) and scale on the CUDA stream "
           "`stream` (an address, 0 for the legacy default stream). scale must be backed by the "

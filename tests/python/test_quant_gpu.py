@@ -896,7 +896,7 @@ BAD_C_CALLS = {
     "q_int32": ("q", lambda: _c_args(q=torch.empty((8, 256), dtype=torch.int32, device="cuda"))),
     "q_shape": ("q", lambda: _c_args(q=torch.empty((8, 128), dtype=torch.uint8, device="cuda"))),
     "q_on_cpu": ("q", lambda: _c_args(q=torch.empty((8, 256), dtype=torch.uint8))),
-    "layout_code": ("layout", lambda: _c_args(layout=7)),
+    "layout_code": ("scale_layout", lambda: _c_args(layout=7)),
     "group_size": ("group_size", lambda: _c_args(group_size=16, scale=_scale("mn_tma", 8, 16))),
     "eps_zero": ("eps", lambda: _c_args(eps=0.0)),
     "packed_without_ue8m0": ("ue8m0", lambda: _c_args("packed_ue8m0", ue8m0=False)),

@@ -242,3 +242,35 @@ def test_fused_norms(arch):
             got + 1
     ids = torch.randint(0, VOCAB, (2, 33), generator=gen)
     assert calc_diff(fused(ids).logits.float(), unfused(ids).logits.float()) < 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@torch.no_grad()
+def test_fused_residual_adds(arch):
+    """enable() folds every decoder layer's residual add after attention into its post-attention
+    norm (the dense layer's quantizing one, the MoE layer's bf16 one): each layer's output is the
+    unfused model's up to the norms' last bits, the layer's input is not written (the sum goes
+    into the attention output), and fuse_norms=False leaves the layers as transformers wrote them."""
+    bf16 = tiny_model(arch)
+    unfused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)), fuse_norms=False)
+    fused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)))
+    layers = [n for n, m in fused.named_modules() if "forward" in vars(m)]
+    assert layers == ["model.layers.0", "model.layers.1"]
+    assert not any("forward" in vars(m) for m in unfused.modules())
+    assert isinstance(fused.model.layers[0].post_attention_layernorm, fqt.FP8QuantRMSNorm)
+    assert isinstance(fused.model.layers[1].post_attention_layernorm, fqt.FusedAddRMSNorm)
+    assert fqt.fuse_residual_adds(fqt.quantize(copy.deepcopy(bf16))) == layers  # the norms need not be fused
+    ids = torch.randint(0, VOCAB, (2, 33), generator=torch.Generator().manual_seed(7))
+    got = fused(ids, output_hidden_states=True)
+    ref = unfused(ids, output_hidden_states=True)
+    for i, (a, b) in enumerate(zip(got.hidden_states, ref.hidden_states)):
+        assert calc_diff(a.float(), b.float()) < 1e-4, f"hidden state {i}"
+    # A layer's input stays as it was given
+    layer = fused.model.layers[1]
+    x = torch.randn(2, 33, bf16.config.hidden_size, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    before = x.clone()
+    emb = fused.model.rotary_emb(x, torch.arange(33).unsqueeze(0))
+    out = layer(x, position_embeddings=emb, position_ids=torch.arange(33).unsqueeze(0))
+    assert torch.equal(x, before) and out.shape == x.shape
+    assert calc_diff(out.float(), unfused.model.layers[1](x, position_embeddings=emb,
+                                                          position_ids=torch.arange(33).unsqueeze(0)).float()) < 1e-4  # fmt: skip

@@ -2,7 +2,7 @@
 Qwen3-30B-A3B's, two decoder layers: one dense, one MoE, random weights): the enabled model's
 logits within 1.1x of the format floor's distance to bf16, with every GEMM backend pair the
 machine has (DeepGEMM where it imports, torch._scaled_mm and fp8quant's Triton grouped GEMM
-otherwise), and generate() running offline. Marked ``gpu``; not yet run (issue 26)."""
+otherwise), and generate() running offline. Marked ``gpu``."""
 
 from __future__ import annotations
 

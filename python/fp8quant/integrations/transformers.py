@@ -17,14 +17,15 @@ before it quantizes: two roundings)::
 :func:`enable` runs every FP8 linear through :func:`fp8quant.linear` (weights prepared once for the
 backend), the routed experts through :func:`fp8quant.moe_layer` (the ``"fp8quant"`` experts
 implementation), the RMSNorms that only FP8 linears read through :func:`fp8quant.rms_norm_quant`
-(one quantized activation for all their readers), and plugs fp8quant into transformers' kernel
+(one quantized activation for all their readers), folds each decoder layer's residual add after
+attention into its post-attention norm's kernel, and plugs fp8quant into transformers' kernel
 seam, so that any other FP8 matmul of the model runs on fp8quant too. Tested with transformers 5.17 (``TESTED_VERSIONS``); a
 transformers without the seam gets a RuntimeError that says so.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import MethodType, ModuleType
 
 import torch
 from torch import nn
@@ -32,7 +33,7 @@ from torch import nn
 from .. import reference
 from ..gemm import QuantizedActivation, QuantizedWeight, linear, prepare_weight
 from ..moe_layer import ExpertWeights, moe_layer, prepare_experts
-from ..norm import rms_norm_quant
+from ..norm import rms_norm, rms_norm_quant
 from ..weights import per_block_quant
 
 TESTED_VERSIONS = ("5.17",)
@@ -243,10 +244,16 @@ class QuantizedHidden(torch.Tensor):
         )
 
 
+def _row_view(t: torch.Tensor) -> torch.Tensor:
+    """``t [..., H]`` as rows ``[M, H]``: a view (the fused norms update a residual through it)."""
+    return t.view(-1, t.shape[-1])
+
+
 class FP8QuantRMSNorm(nn.Module):
     """A model's RMSNorm whose every reader is an :class:`FP8QuantLinear` of one activation
     format: :func:`fp8quant.rms_norm_quant` normalizes and quantizes in one pass and writes no
-    bf16 rows; the output is a :class:`QuantizedHidden`."""
+    bf16 rows; the output is a :class:`QuantizedHidden`. Called with a ``residual`` (the fused
+    decoder layers), it first adds x into it, in place, and returns ``(output, residual)``."""
 
     def __init__(self, norm: nn.Module, fmt):
         super().__init__()
@@ -254,11 +261,32 @@ class FP8QuantRMSNorm(nn.Module):
         self.eps = float(norm.variance_epsilon)
         self.format = fmt
 
-    def forward(self, x: torch.Tensor) -> QuantizedHidden:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         f = self.format
-        q, s = rms_norm_quant(x.reshape(-1, x.shape[-1]), self.weight, self.eps, group_size=f.group_size,
-                              scale_layout=f.scale_layout, ue8m0=f.ue8m0)  # fmt: skip
-        return QuantizedHidden(QuantizedActivation(q, s, f), x.shape, x.dtype)
+        fmt = dict(group_size=f.group_size, scale_layout=f.scale_layout, ue8m0=f.ue8m0)
+        if residual is None:
+            q, s = rms_norm_quant(x.reshape(-1, x.shape[-1]), self.weight, self.eps, **fmt)
+            return QuantizedHidden(QuantizedActivation(q, s, f), x.shape, x.dtype)
+        q, s, _ = rms_norm_quant(x.reshape(-1, x.shape[-1]), self.weight, self.eps, residual=_row_view(residual), **fmt)
+        return QuantizedHidden(QuantizedActivation(q, s, f), x.shape, x.dtype), residual
+
+
+class FusedAddRMSNorm(nn.Module):
+    """A model's RMSNorm whose output stays in x's dtype (it feeds a router, or bf16 experts),
+    run by :func:`fp8quant.rms_norm`; called with a ``residual`` (the fused decoder layers), it
+    first adds x into it, in place, in the same kernel, and returns ``(output, residual)``."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.weight = norm.weight
+        self.eps = float(norm.variance_epsilon)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        rows = x.reshape(-1, x.shape[-1])
+        if residual is None:
+            return rms_norm(rows, self.weight, self.eps).view(x.shape)
+        y, _ = rms_norm(rows, self.weight, self.eps, residual=_row_view(residual))
+        return y.view(x.shape), residual
 
 
 # Per model type, each decoder layer's RMSNorms whose output only linears read, and those
@@ -300,6 +328,64 @@ def fuse_rms_norms(model: nn.Module) -> list[str]:
             if len(formats) == 1 and norm.weight.dtype in (torch.bfloat16, torch.float16):
                 layer.set_submodule(norm_name, FP8QuantRMSNorm(norm, formats.pop()))
                 fused.append(f"{name}.{norm_name}")
+    return fused
+
+
+# The decoder layers whose forward fuse_residual_adds replaces (transformers 5.17's: residual,
+# input norm, attention, residual add, post-attention norm, MLP, residual add)
+FUSED_LAYERS = {"deepseek_v3": "DeepseekV3DecoderLayer", "qwen3_moe": "Qwen3MoeDecoderLayer"}
+
+
+def fused_decoder_forward(
+    self: nn.Module,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    past_key_values=None,
+    use_cache: bool | None = False,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **kwargs,
+) -> torch.Tensor:
+    """A ``FUSED_LAYERS`` decoder layer's forward with the residual add after attention done by
+    the post-attention norm's kernel: the sum is written into the attention output's rows (the
+    layer's input is not written), and the norm reads it there."""
+    residual = hidden_states
+    hidden_states = self.input_layernorm(hidden_states)
+    hidden_states, _ = self.self_attn(
+        hidden_states=hidden_states,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=past_key_values,
+        use_cache=use_cache,
+        position_embeddings=position_embeddings,
+        **kwargs,
+    )
+    # Add and normalize: the fp32 sum rounded to the dtype is the same either way round
+    hidden_states, residual = self.post_attention_layernorm(residual, residual=hidden_states.contiguous())
+    hidden_states = self.mlp(hidden_states)
+    return residual + hidden_states
+
+
+def fuse_residual_adds(model: nn.Module) -> list[str]:
+    """In each decoder layer of ``FUSED_LAYERS`` (``*.layers.<i>``) whose post-attention RMSNorm
+    the fused kernels can run, fold the residual add after attention into that norm: an
+    :class:`FP8QuantRMSNorm` already there takes the residual; any other becomes a
+    :class:`FusedAddRMSNorm`; the layer runs :func:`fused_decoder_forward`. The add at a layer's
+    end stays in PyTorch (the next layer's norm is reached through transformers' own loop).
+    Returns the names of the layers changed."""
+    layer_class = FUSED_LAYERS.get(getattr(model.config, "model_type", None))
+    fused = []
+    for name, layer in list(model.named_modules()):
+        if type(layer).__name__ != layer_class:
+            continue
+        norm = layer.post_attention_layernorm
+        if not isinstance(norm, FP8QuantRMSNorm):
+            if not (hasattr(norm, "variance_epsilon") and norm.weight.dtype in (torch.bfloat16, torch.float16)
+                    and norm.weight.shape[0] % 16 == 0 and norm.weight.shape[0] <= 16384):  # fmt: skip
+                continue
+            layer.post_attention_layernorm = FusedAddRMSNorm(norm)
+        layer.forward = MethodType(fused_decoder_forward, layer)
+        fused.append(name)
     return fused
 
 
@@ -397,8 +483,9 @@ def enable(model: nn.Module, *, backend: str = "auto", moe_backend: str = "auto"
     fp8quant's matmuls for any other FP8 path. With ``fuse_norms``, the RMSNorms whose readers
     are all FP8 linears of one format (``FUSED_NORMS``: DeepSeek-V3's and Qwen3-MoE's attention
     input norms, DeepSeek-V3's q_a norm, the dense layers' post-attention norms)
-    normalize and quantize in one kernel, once for all their readers. Call it after the model
-    is on its device. Returns the model."""
+    normalize and quantize in one kernel, once for all their readers, and each decoder layer's
+    residual add after attention is done in its post-attention norm's kernel
+    (:func:`fuse_residual_adds`). Call it after the model is on its device. Returns the model."""
     if moe_backend not in MOE_BACKENDS:
         raise ValueError(f"moe_backend must be one of {MOE_BACKENDS} (fp8quant.moe_layer's), got {moe_backend!r}")
     fg = finegrained_fp8()
@@ -417,4 +504,5 @@ def enable(model: nn.Module, *, backend: str = "auto", moe_backend: str = "auto"
         model.set_experts_implementation(EXPERTS_IMPLEMENTATION)
     if fuse_norms:
         fuse_rms_norms(model)
+        fuse_residual_adds(model)
     return model
