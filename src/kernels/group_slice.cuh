@@ -1,6 +1,7 @@
 // One thread's 16-element slice of a quantization group, shared by the kernels that quantize
 // rows in groups (per_token_group_quant.cuh, rms_norm.cuh): loading, widening, the MoE sources'
-// element-wise steps, and the group's amax, scale and e4m3 bytes (SPEC 1).
+// element-wise steps, and the group's amax, scale and e4m3 bytes (SPEC 1) from the device
+// toolkit's vector, team reduction and group-quantize core (src/common).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,11 +9,13 @@
 #include <cstdint>
 
 #include "common/math.cuh"
+#include "common/quantize.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
 
 namespace fp8quant::kernels {
 
 constexpr int kElemsPerThread = 16;
-constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 // One thread's 16 elements as loaded: 32-bit words, low element first.
 template <typename T>
@@ -25,14 +28,7 @@ struct Slice {
 template <typename T, bool kAligned>
 __device__ __forceinline__ void load_slice(const T* src, Slice<T>& s) {
   if constexpr (kAligned) {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords / 4; ++i) {
-      const uint4 r = __ldg(reinterpret_cast<const uint4*>(src) + i);
-      s.w[4 * i] = r.x;
-      s.w[4 * i + 1] = r.y;
-      s.w[4 * i + 2] = r.z;
-      s.w[4 * i + 3] = r.w;
-    }
+    load_words(src, s.w);
   } else if constexpr (sizeof(T) == 2) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
 #pragma unroll
@@ -88,16 +84,6 @@ __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& u
   }
 }
 
-// Max over the kThreads lanes of a team (teams are aligned runs of lanes).
-template <int kThreads>
-__device__ __forceinline__ float team_max(float v) {
-#pragma unroll
-  for (int offset = kThreads / 2; offset > 0; offset /= 2) {
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  }
-  return v;
-}
-
 // A slice quantized: its four words of e4m3 bytes (low element first), the group's scale s
 // and, with UE8M0 scales, s's byte e.
 template <bool kUE8M0>
@@ -112,43 +98,26 @@ struct QuantizedSlice {
 template <typename T, int kTeam, bool kUE8M0>
 __device__ __forceinline__ QuantizedSlice<kUE8M0> quantize_slice(const Slice<T>& slice, float eps) {
   // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
-  float amax = team_max<kTeam>(math::abs_max<T>(slice.w));
+  float amax = warp_reduce<kTeam>(math::abs_max<T>(slice.w), MaxOp{});
   float v[kElemsPerThread];
   unpack_slice(slice, v);
   const bool has_inf = amax == INFINITY;
-  if (__any_sync(kFullMask, has_inf)) {
-    float finite_amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) {
-      const float a = fabsf(v[i]);
-      finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
-    }
-    amax = team_max<kTeam>(finite_amax);
-  }
+  if (__any_sync(kFullMask, has_inf)) amax = warp_reduce<kTeam>(finite_abs_max(v), MaxOp{});
   amax = fmaxf(amax, eps);
 
   // Scale
-  float s = math::scale_from_amax(amax);
-  uint32_t e = 0;
-  if constexpr (kUE8M0) {
-    e = math::ue8m0_exponent(s);
-    s = math::ue8m0_to_float(e);
-  }
+  const GroupScale<kUE8M0> scale = group_scale<kUE8M0>(amax);
 
   // Quantize
   QuantizedSlice<kUE8M0> result;
   const auto quantize = [&](auto&& divide) {
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread / 4; ++i) {
-      const uint32_t lo = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1]));
-      const uint32_t hi = math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3]));
-      result.q[i] = lo | (hi << 16);
-    }
+    for (int i = 0; i < kElemsPerThread / 4; ++i) result.q[i] = quantize4(divide, &v[4 * i]);
   };
-  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
+  math::with_divide<kUE8M0>(scale.s, scale.e, has_inf, quantize);
 
-  result.s = s;
-  result.e = e;
+  result.s = scale.s;
+  result.e = scale.e;
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/math.cuh"
+#include "common/vec.cuh"
 #include "kernels/moe_combine.hpp"
 
 namespace fp8quant::kernels {
@@ -43,14 +44,13 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const __gr
     const T* src = static_cast<const T*>(p.y) + r * p.y_row_stride + col;
     float v[kVec];
     if constexpr (kAligned) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src));
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      const Vec<16> raw = Vec<16>::load(src);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         if constexpr (sizeof(T) == 4) {
-          v[i] = __uint_as_float(words[i]);
+          v[i] = __uint_as_float(raw.w[i]);
         } else {
-          const float2 f = math::unpack2(words[i], T{});
+          const float2 f = math::unpack2(raw.w[i], T{});
           v[2 * i] = f.x;
           v[2 * i + 1] = f.y;
         }
@@ -69,9 +69,9 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(const __gr
     T packed[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) packed[i] = math::from_float<T>(acc[i]);
-    uint32_t words[4];
-    memcpy(words, packed, sizeof(words));
-    *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+    Vec<16> out;
+    memcpy(out.w, packed, sizeof(out.w));
+    out.store(dst);
   } else {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {

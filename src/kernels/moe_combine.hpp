@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "fp8quant/common.h"
 
 namespace fp8quant {
@@ -25,12 +26,6 @@ struct CombineProblem {
   bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-namespace sm90 {
-fp8quant_status_t moe_combine(const CombineProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t moe_combine(const CombineProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(moe_combine, CombineProblem)
 
 }  // namespace fp8quant

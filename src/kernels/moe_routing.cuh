@@ -33,6 +33,7 @@
 #include "common/dispatch.hpp"
 #include "common/error.hpp"
 #include "common/launch.cuh"
+#include "common/reduce.cuh"
 #include "fp8quant/moe.h"
 #include "kernels/moe_routing.hpp"
 
@@ -47,19 +48,6 @@ __device__ __forceinline__ int64_t local_expert(const RoutingProblem& p, int32_t
   const int64_t id = static_cast<int64_t>(static_cast<const IdT*>(p.topk_ids)[s]);
   const int64_t e = id - p.expert_offset;
   return id < 0 || e < 0 || e >= p.experts ? -1 : e;
-}
-
-// Sum over the block (every thread calls it; all get the total).
-__device__ __forceinline__ int64_t block_sum(int64_t v, int64_t* smem) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-  __syncthreads();  // smem may still be read by a previous call
-  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
-  __syncthreads();
-  int64_t total = 0;
-#pragma unroll
-  for (int w = 0; w < kRoutingWarps; ++w) total += smem[w];
-  return total;
 }
 
 // This warp's run of slots, [begin, end): whole steps of 32, the last run cut at the end.
@@ -152,7 +140,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_count_kernel(const __grid
   // Count this expert's slots
   int64_t mine = 0;
   for_each_step<IdT>(p, warp_run(p), [&](int32_t, int64_t x) { mine += x == e; });
-  const int64_t count = block_sum(mine, partial);
+  const int64_t count = block_reduce<kRoutingWarps, true>(mine, SumOp{}, partial);
   if (threadIdx.x == 0) {
     p.counts[e] = static_cast<int32_t>(count);
     if (e == 0) *p.status = FP8QUANT_ROUTING_OK;
@@ -174,7 +162,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   // First row of this expert: the aligned counts of the experts before it
   int64_t before = 0;
   for (int32_t i = threadIdx.x; i < e; i += kRoutingThreads) before += aligned_count(p, i);
-  const int64_t first_row = block_sum(before, partial);
+  const int64_t first_row = block_reduce<kRoutingWarps, true>(before, SumOp{}, partial);
 
   if (e == p.experts) {
     // Dropped slots; rows past M_sum; the bound on M_sum
@@ -196,8 +184,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   // Rank of the run's first slot of this expert: its slots in the runs before
   int32_t mine = 0;
   for_each_step<IdT>(p, run, [&](int32_t, int64_t x) { mine += x == e; });
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) mine += __shfl_xor_sync(0xFFFFFFFFu, mine, offset);
+  mine = warp_reduce<32>(mine, SumOp{});
   if (lane == 0) warp_totals[warp] = mine;
   __syncthreads();
   int64_t rank = 0;
@@ -207,7 +194,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   bool rows_overflow = false, max_m_overflow = false;
   for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
     const bool hit = x == e;
-    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, hit);
+    const unsigned ballot = __ballot_sync(kFullMask, hit);
     if (hit) place_slot(p, s, e, first_row, rank + __popc(ballot & ((1u << lane) - 1u)), rows_overflow, max_m_overflow);
     rank += __popc(ballot);
   });
@@ -244,11 +231,11 @@ __device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
   constexpr int kBits = 10;
   static_assert(kOneKernelExperts - kNoSlot <= (1 << kBits), "every expert and both marks fit the key");
   const uint32_t key = static_cast<uint32_t>(x - kNoSlot);
-  unsigned peers = 0xFFFFFFFFu;
+  unsigned peers = kFullMask;
 #pragma unroll
   for (int bit = 0; bit < kBits; ++bit) {
     const bool set = key >> bit & 1u;
-    const unsigned lanes = __ballot_sync(0xFFFFFFFFu, set);
+    const unsigned lanes = __ballot_sync(kFullMask, set);
     peers &= set ? lanes : ~lanes;
   }
   return peers;
@@ -297,7 +284,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
   int64_t rows_through = e < p.experts ? (int64_t{count[e]} + p.align - 1) / p.align * p.align : 0;
 #pragma unroll
   for (int offset = 1; offset < 32; offset *= 2) {
-    const int64_t v = __shfl_up_sync(0xFFFFFFFFu, rows_through, offset);
+    const int64_t v = __shfl_up_sync(kFullMask, rows_through, offset);
     if (lane >= offset) rows_through += v;
   }
   if (lane == 31) warp_sums[warp] = rows_through;

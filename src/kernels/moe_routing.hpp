@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "fp8quant/common.h"
 
 namespace fp8quant {
@@ -28,12 +29,6 @@ struct RoutingProblem {
   bool pdl;  // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-namespace sm90 {
-fp8quant_status_t moe_routing(const RoutingProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t moe_routing(const RoutingProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(moe_routing, RoutingProblem)
 
 }  // namespace fp8quant

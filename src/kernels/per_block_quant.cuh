@@ -22,6 +22,9 @@
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/math.cuh"
+#include "common/quantize.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
 #include "kernels/per_block_quant.hpp"
 
 namespace fp8quant::kernels {
@@ -58,19 +61,6 @@ __device__ __forceinline__ void unpack_vector(const uint32_t* words, float (&v)[
   }
 }
 
-// Max over the CTA (kBlockQuantThreads threads, all of which call it).
-__device__ __forceinline__ float block_max(float v, float* smem) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  constexpr int kWarps = kBlockQuantThreads / 32;
-  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = smem[0];
-#pragma unroll
-  for (int i = 1; i < kWarps; ++i) v = fmaxf(v, smem[i]);
-  return v;
-}
-
 template <class Arch, typename T, bool kUE8M0, bool kAligned>
 __global__ void __launch_bounds__(kBlockQuantThreads)
     per_block_quant_kernel(const __grid_constant__ BlockQuantProblem p) {
@@ -100,9 +90,9 @@ __global__ void __launch_bounds__(kBlockQuantThreads)
     const bool row_ok = row0 + pass * Tile::kRowsPerPass < p.n;
     const T* s = src + static_cast<int64_t>(pass) * Tile::kRowsPerPass * p.w_row_stride;
     if constexpr (kAligned) {
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (row_ok && cols_here > 0) v = __ldg(reinterpret_cast<const uint4*>(s));
-      w[4 * pass] = v.x, w[4 * pass + 1] = v.y, w[4 * pass + 2] = v.z, w[4 * pass + 3] = v.w;
+      const Vec<16> v = row_ok && cols_here > 0 ? Vec<16>::load(s) : Vec<16>{};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[4 * pass + i] = v.w[i];
     } else if constexpr (kDequantize) {
       uint32_t bytes[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -152,23 +142,14 @@ __global__ void __launch_bounds__(kBlockQuantThreads)
     for (int pass = 0; pass < Tile::kPasses; ++pass) {
       float v[Tile::kVec];
       unpack_vector<T>(&w[4 * pass], v, in_scale);
-#pragma unroll
-      for (int i = 0; i < Tile::kVec; ++i) {
-        const float a = fabsf(v[i]);
-        finite_amax = fmaxf(finite_amax, a < INFINITY ? a : 0.0f);
-      }
+      finite_amax = finite_abs_max(v, finite_amax);
     }
     amax = finite_amax;
   }
-  amax = fmaxf(block_max(amax, warp_max), p.eps);
+  amax = fmaxf(block_reduce<kBlockQuantThreads / 32>(amax, MaxOp{}, warp_max), p.eps);
 
   // Scale
-  float s = math::scale_from_amax(amax);
-  uint32_t e = 0;
-  if constexpr (kUE8M0) {
-    e = math::ue8m0_exponent(s);
-    s = math::ue8m0_to_float(e);
-  }
+  const GroupScale<kUE8M0> scale = group_scale<kUE8M0>(amax);
 
   // Quantize and store q
   const auto quantize = [&](auto&& divide) {
@@ -176,36 +157,25 @@ __global__ void __launch_bounds__(kBlockQuantThreads)
     for (int pass = 0; pass < Tile::kPasses; ++pass) {
       float v[Tile::kVec];
       unpack_vector<T>(&w[4 * pass], v, in_scale);
-      uint32_t out[Tile::kVec / 4];
+      Vec<Tile::kVec> out;  // kVec e4m3 bytes
 #pragma unroll
-      for (int i = 0; i < Tile::kVec / 4; ++i) {
-        out[i] = math::cvt_e4m3x2(divide(v[4 * i]), divide(v[4 * i + 1])) |
-                 (math::cvt_e4m3x2(divide(v[4 * i + 2]), divide(v[4 * i + 3])) << 16);
-      }
+      for (int i = 0; i < Tile::kVec / 4; ++i) out.w[i] = quantize4(divide, &v[4 * i]);
       const bool row_ok = row0 + pass * Tile::kRowsPerPass < p.n;
       uint8_t* d = dst + static_cast<int64_t>(pass) * Tile::kRowsPerPass * p.q_row_stride;
       if constexpr (kAligned) {
-        if (row_ok && cols_here > 0) {
-          if constexpr (Tile::kVec == 16) {
-            *reinterpret_cast<uint4*>(d) = make_uint4(out[0], out[1], out[2], out[3]);
-          } else if constexpr (Tile::kVec == 8) {
-            *reinterpret_cast<uint2*>(d) = make_uint2(out[0], out[1]);
-          } else {
-            *reinterpret_cast<uint32_t*>(d) = out[0];
-          }
-        }
+        if (row_ok && cols_here > 0) out.store(d);
       } else {
 #pragma unroll
         for (int i = 0; i < Tile::kVec; ++i) {
-          if (row_ok && i < cols_here) d[i] = static_cast<uint8_t>(out[i / 4] >> (8 * (i % 4)));
+          if (row_ok && i < cols_here) d[i] = static_cast<uint8_t>(out.w[i / 4] >> (8 * (i % 4)));
         }
       }
     }
   };
-  math::with_divide<kUE8M0>(s, e, has_inf, quantize);
+  math::with_divide<kUE8M0>(scale.s, scale.e, has_inf, quantize);
 
   // Store the scale
-  if (threadIdx.x == 0) p.scale[scale_index] = s;
+  if (threadIdx.x == 0) p.scale[scale_index] = scale.s;
 }
 
 template <class Arch, typename T, bool kUE8M0, bool kAligned>

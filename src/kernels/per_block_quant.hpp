@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "fp8quant/common.h"
 
 namespace fp8quant {
@@ -33,12 +34,6 @@ struct BlockQuantProblem {
   bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-namespace sm90 {
-fp8quant_status_t per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t per_block_quant(const BlockQuantProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(per_block_quant, BlockQuantProblem)
 
 }  // namespace fp8quant

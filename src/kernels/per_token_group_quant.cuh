@@ -77,7 +77,7 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
                                             int32_t g, int sub, bool live, bool store_scale) {
   if (live) {
     if constexpr (kAligned) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
+      store_words(dst, out.q);
     } else {
 #pragma unroll
       for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out.q[i / 4] >> (8 * (i % 4)));

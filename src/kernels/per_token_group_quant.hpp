@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "common/fast_divisor.hpp"
 #include "common/scale_order.hpp"
 #include "fp8quant/quant.h"
@@ -87,12 +88,6 @@ constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64
   return team_units(row_tile(layout), rows, slots);
 }
 
-namespace sm90 {
-fp8quant_status_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t per_token_group_quant(const QuantProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(per_token_group_quant, QuantProblem)
 
 }  // namespace fp8quant

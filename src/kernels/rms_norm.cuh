@@ -30,20 +30,10 @@ namespace fp8quant::kernels {
 
 static_assert(kElemsPerThread == kNormSliceElems, "one slice per thread");
 
-// Store 16 elements of T (32 bytes, 16-byte aligned).
-template <typename T>
-__device__ __forceinline__ void store_slice(T* dst, const Slice<T>& s) {
-#pragma unroll
-  for (int i = 0; i < Slice<T>::kWords / 4; ++i) {
-    reinterpret_cast<uint4*>(dst)[i] = make_uint4(s.w[4 * i], s.w[4 * i + 1], s.w[4 * i + 2], s.w[4 * i + 3]);
-  }
-}
-
 // The row's sum of squares, in the contract's order (every thread calls it; all get the sum).
 __device__ __forceinline__ float row_sum_of_squares(float partial, int fold_warps, float* warp_totals) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) partial += __shfl_xor_sync(kFullMask, partial, offset);
+  partial = warp_reduce<32>(partial, SumOp{});
   if (lane == 0) warp_totals[warp] = partial;
   __syncthreads();
   float total = lane < static_cast<int>(blockDim.x / 32) ? warp_totals[lane] : 0.0f;
@@ -84,7 +74,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
       load_slice<T, true>(residual, r);
 #pragma unroll
       for (int i = 0; i < Slice<T>::kWords; ++i) h.w[i] = math::add2<T>(h.w[i], r.w[i]);
-      store_slice(residual, h);
+      store_words(residual, h.w);
     }
   }
 
@@ -103,15 +93,14 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
 
   if constexpr (!kQuantize) {
     // Store y
-    if (live) store_slice(static_cast<T*>(p.out) + m * p.out_row_stride + col, y);
+    if (live) store_words(static_cast<T*>(p.out) + m * p.out_row_stride + col, y.w);
   } else {
     // Reduce amax, scale, quantize (padding slots hold zeros and store nothing)
     const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(y, p.quant_eps);
 
     // Store q
     if (live) {
-      uint8_t* q = static_cast<uint8_t*>(p.out) + m * p.out_row_stride + col;
-      *reinterpret_cast<uint4*>(q) = make_uint4(out.q[0], out.q[1], out.q[2], out.q[3]);
+      store_words(static_cast<uint8_t*>(p.out) + m * p.out_row_stride + col, out.q);
     }
 
     // Store scales: the first thread of each team; padding rows and groups get zeros

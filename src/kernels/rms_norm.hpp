@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "fp8quant/norm.h"
 #include "fp8quant/quant.h"
 
@@ -39,12 +40,6 @@ struct NormProblem {
   bool pdl;       // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-namespace sm90 {
-fp8quant_status_t rms_norm(const NormProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t rms_norm(const NormProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(rms_norm, NormProblem)
 
 }  // namespace fp8quant

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/arch.hpp"
 #include "common/scale_order.hpp"
 #include "fp8quant/common.h"
 
@@ -33,12 +34,6 @@ struct ScaleTransformProblem {
   bool pdl;            // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-namespace sm90 {
-fp8quant_status_t scale_transform(const ScaleTransformProblem& problem, cudaStream_t stream);
-}  // namespace sm90
-
-namespace sm100 {
-fp8quant_status_t scale_transform(const ScaleTransformProblem& problem, cudaStream_t stream);
-}  // namespace sm100
+FP8QUANT_DECLARE_ARCH_ENTRIES(scale_transform, ScaleTransformProblem)
 
 }  // namespace fp8quant

@@ -1,0 +1,54 @@
+// The group-quantize core every FP8 quantizer is built from (SPEC 1): a group's finite amax when
+// it holds an infinity, its scale (fp32 or UE8M0) from the amax, and its elements to e4m3 bytes
+// through the scale's exact division. The kernels bring the reduction across their threads
+// (common/reduce.cuh) and put the scales where their layout wants them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/math.cuh"
+
+namespace fp8quant {
+
+// A group's scale s and, with UE8M0 scales, its byte e (s = 2^(e - 127)).
+template <bool kUE8M0>
+struct GroupScale {
+  float s;
+  uint32_t e;
+};
+
+// The scale of a group whose amax (at least the quantizer's eps) is `amax`: RN(amax / 448),
+// rounded up to a power of two for UE8M0 (SPEC 1, step 3).
+template <bool kUE8M0>
+__device__ __forceinline__ GroupScale<kUE8M0> group_scale(float amax) {
+  GroupScale<kUE8M0> g{math::scale_from_amax(amax), 0u};
+  if constexpr (kUE8M0) {
+    g.e = math::ue8m0_exponent(g.s);
+    g.s = math::ue8m0_to_float(g.e);
+  }
+  return g;
+}
+
+// max(acc, |v[i]|) over the finite elements of v: the amax of a group that holds an infinity.
+template <int kN>
+__device__ __forceinline__ float finite_abs_max(const float (&v)[kN], float acc = 0.0f) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const float a = fabsf(v[i]);
+    acc = fmaxf(acc, a < INFINITY ? a : 0.0f);
+  }
+  return acc;
+}
+
+// Four elements divided by the group's scale (math::with_divide's `divide`) to four e4m3 bytes,
+// low element first.
+template <typename Divide>
+__device__ __forceinline__ uint32_t quantize4(Divide&& divide, const float* v) {
+  const uint32_t lo = math::cvt_e4m3x2(divide(v[0]), divide(v[1]));
+  const uint32_t hi = math::cvt_e4m3x2(divide(v[2]), divide(v[3]));
+  return lo | (hi << 16);
+}
+
+}  // namespace fp8quant
