@@ -2,12 +2,37 @@
 // at a time and checked for its refusal, a call that must pass validation, and main()'s report.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <type_traits>
 
 #include "expect.hpp"
 #include "fp8quant/common.h"
 #include "gpu.hpp"
+
+// The i-th of the fake device addresses a test's call objects point at: i MiB, 256-byte aligned
+// and far apart, never dereferenced by a refused call (validation fails, or M == 0 returns,
+// before any device access).
+template <typename T = void>
+T* fake_address(int i) {
+  return reinterpret_cast<T*>(uintptr_t(i) << 20);
+}
+
+// The bfloat16 bits of f (truncated: the tests' values are exact in bfloat16).
+inline uint16_t bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Free the device buffers of a launch check.
+template <typename... P>
+void free_all(P... ptrs) {
+  (cudaFree(ptrs), ...);
+}
 
 // `call.run()` is refused: INVALID_ARGUMENT, with a message that starts with "<arg>:" and
 // contains `text`.

@@ -6,12 +6,21 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
 
 inline constexpr int kSkipped = 77;
 
 inline bool have_gpu() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+// A GPU-only test's start: false, after saying the test is skipped, without a GPU
+// (main returns kSkipped then).
+inline bool gpu_or_skip() {
+  if (have_gpu()) return true;
+  std::printf("no GPU: skipped\n");
+  return false;
 }
 
 #ifdef __CUDACC__

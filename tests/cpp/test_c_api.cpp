@@ -15,9 +15,9 @@ namespace {
 
 // Addresses far enough apart for the buffers of every call below, 256-byte aligned. Never
 // dereferenced by a failing call: validation fails (or M == 0 returns) before any device access.
-const void* const kX = reinterpret_cast<const void*>(uintptr_t{1} << 20);
-void* const kQ = reinterpret_cast<void*>(uintptr_t{2} << 20);
-void* const kScale = reinterpret_cast<void*>(uintptr_t{3} << 20);
+const void* const kX = fake_address<const void>(1);
+void* const kQ = fake_address<void>(2);
+void* const kScale = fake_address<void>(3);
 
 // A well-formed call for 2-D bf16 input; each test breaks one argument.
 struct Call {
@@ -49,7 +49,9 @@ void expect_accepted(Call call, const char* what) {
     char* buf = nullptr;
     cudaMalloc(reinterpret_cast<void**>(&buf), 3 << 20);
     cudaMemset(buf, 0, 3 << 20);
-    const auto rebase = [&](const void* p) { return buf + (reinterpret_cast<uintptr_t>(p) - (uintptr_t{1} << 20)); };
+    const auto rebase = [&](const void* p) {
+      return buf + (static_cast<const char*>(p) - static_cast<const char*>(kX));
+    };
     call.x = rebase(call.x);
     call.q = rebase(call.q);
     call.scale = rebase(call.scale);
@@ -202,12 +204,6 @@ void test_pdl_switch(int expected_default) {
 }
 
 // bf16 bit pattern of a float that bf16 holds exactly.
-uint16_t bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // One launch on a supported GPU: row 0 has amax 448 (scale 1), row 1 amax 672 (scale 1.5).
 // Returns whether it ran.
 bool test_launch() {
@@ -245,9 +241,7 @@ bool test_launch() {
   EXPECT(s[0] == 1.0f && s[1] == 1.5f && s[2] == 0.0f && s[3] == 0.0f);  // rows 2, 3: padding
   EXPECT(q[5] == 0x7E && q[0] == 0x38);                                  // 448 -> 0x7E, 1.0 -> 0x38
   EXPECT(q[k + 7] == 0xFE && q[k] == 0x33);                              // -672/1.5 = -448; 1/1.5 -> 0.6875 = 0x33
-  cudaFree(dx);
-  cudaFree(dq);
-  cudaFree(ds);
+  free_all(dx, dq, ds);
   return true;
 }
 

@@ -99,10 +99,7 @@ uint32_t float_bits(float f) {
 }  // namespace
 
 int main() {
-  if (!have_gpu()) {
-    std::printf("no GPU: skipped\n");
-    return kSkipped;
-  }
+  if (!gpu_or_skip()) return kSkipped;
   unsigned long long* counts;
   cudaMalloc(&counts, 3 * sizeof(*counts));
   cudaMemset(counts, 0, 3 * sizeof(*counts));

@@ -13,10 +13,10 @@
 namespace {
 
 // Addresses far apart, never dereferenced by a refused call (see test_c_api.cpp)
-const void* const kY = reinterpret_cast<const void*>(uintptr_t{1} << 20);
-const int32_t* const kRows = reinterpret_cast<const int32_t*>(uintptr_t{2} << 20);
-const float* const kWeights = reinterpret_cast<const float*>(uintptr_t{3} << 20);
-void* const kOut = reinterpret_cast<void*>(uintptr_t{4} << 20);
+const void* const kY = fake_address<const void>(1);
+const int32_t* const kRows = fake_address<const int32_t>(2);
+const float* const kWeights = fake_address<const float>(3);
+void* const kOut = fake_address<void>(4);
 
 struct Call {
   const void* y = kY;
@@ -61,13 +61,13 @@ struct Routing {
   const void* ids = kY;
   int bits = 32;
   int64_t t = 100, k = 8, experts = 16, offset = 0, align = 128, rows = 2848, max_m = 100;
-  int32_t* counts = reinterpret_cast<int32_t*>(uintptr_t{5} << 20);
-  int32_t* offsets = reinterpret_cast<int32_t*>(uintptr_t{6} << 20);
-  int32_t* m_indices = reinterpret_cast<int32_t*>(uintptr_t{7} << 20);
-  int32_t* row_token = reinterpret_cast<int32_t*>(uintptr_t{8} << 20);
-  int32_t* inv_perm = reinterpret_cast<int32_t*>(uintptr_t{9} << 20);
-  int32_t* masked_row = reinterpret_cast<int32_t*>(uintptr_t{10} << 20);
-  int32_t* status = reinterpret_cast<int32_t*>(uintptr_t{11} << 20);
+  int32_t* counts = fake_address<int32_t>(5);
+  int32_t* offsets = fake_address<int32_t>(6);
+  int32_t* m_indices = fake_address<int32_t>(7);
+  int32_t* row_token = fake_address<int32_t>(8);
+  int32_t* inv_perm = fake_address<int32_t>(9);
+  int32_t* masked_row = fake_address<int32_t>(10);
+  int32_t* status = fake_address<int32_t>(11);
 
   fp8quant_status_t run() const {
     return fp8quant_moe_routing(ids, bits, t, k, experts, offset, align, rows, max_m, counts, offsets, m_indices,
@@ -102,8 +102,8 @@ void test_routing_validation() {
 void test_silu_validation() {
   const void* x = kY;
   void* q = kOut;
-  void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
-  const int32_t* used = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
+  void* scale = fake_address<void>(12);
+  const int32_t* used = fake_address<const int32_t>(13);
   const auto run = [&](int64_t group_size, const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m,
                        int64_t batch, int64_t align = 128) {
     return fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, batch, 100, 512, 100 * 1024, 1024, m_indices, used_rows,
@@ -128,9 +128,9 @@ void test_silu_validation() {
 }
 
 void test_dispatch_validation() {
-  void* scale = reinterpret_cast<void*>(uintptr_t{12} << 20);
-  const int32_t* offsets = reinterpret_cast<const int32_t*>(uintptr_t{13} << 20);
-  const int32_t* counts = reinterpret_cast<const int32_t*>(uintptr_t{14} << 20);
+  void* scale = fake_address<void>(12);
+  const int32_t* offsets = fake_address<const int32_t>(13);
+  const int32_t* counts = fake_address<const int32_t>(14);
   // 100 tokens, k = 2, 8 experts: contiguous rows 2048 (max_m 0), or masked 8 x 64 (row_offsets null)
   const auto run = [&](int64_t tokens, int64_t group_size, const int32_t* slot_rows, const int32_t* row_counts,
                        const int32_t* row_offsets, int64_t max_m, int64_t k = 2, int64_t align = 128) {
@@ -155,12 +155,6 @@ void test_dispatch_validation() {
   invalid(run(100, 128, nullptr, counts, offsets, 0), "slot_rows");
   invalid(run(100, 128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64), counts, offsets, 0),
           "q");
-}
-
-uint16_t bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
 }
 
 // On a supported GPU: y rows of constants 1, 2, 4; token 0 takes 0.5 * row 1 + 0.25 * row 2,
@@ -189,10 +183,7 @@ bool test_launch() {
   cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost);
   EXPECT(out[0] == bf16(2.0f) && out[h - 1] == bf16(2.0f));  // 0.5 * 2 + 0.25 * 4
   EXPECT(out[h] == bf16(3.0f) && out[2 * h - 1] == bf16(3.0f));
-  cudaFree(dy);
-  cudaFree(dout);
-  cudaFree(drows);
-  cudaFree(dw);
+  free_all(dy, dout, drows, dw);
   return true;
 }
 

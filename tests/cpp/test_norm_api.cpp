@@ -13,11 +13,11 @@
 namespace {
 
 // Addresses far apart and 16-byte aligned, never dereferenced by a refused call
-void* const kX = reinterpret_cast<void*>(uintptr_t{1} << 20);
-void* const kResidual = reinterpret_cast<void*>(uintptr_t{2} << 20);
-void* const kWeight = reinterpret_cast<void*>(uintptr_t{3} << 20);
-void* const kQ = reinterpret_cast<void*>(uintptr_t{4} << 20);
-void* const kScale = reinterpret_cast<void*>(uintptr_t{5} << 20);
+void* const kX = fake_address<void>(1);
+void* const kResidual = fake_address<void>(2);
+void* const kWeight = fake_address<void>(3);
+void* const kQ = fake_address<void>(4);
+void* const kScale = fake_address<void>(5);
 
 struct Call {
   const void* x = kX;
@@ -80,12 +80,6 @@ void test_validation() {
   if (!have_gpu()) EXPECT(c.run() == FP8QUANT_ERROR_NO_DEVICE);  // no residual: accepted
 }
 
-uint16_t bf16(float v) {  // exact for the values below
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // One row of 128: x = [12, 16, 0...], residual = [4, 0...], weight 2: h = [16, 16, 0...], mean
 // square 512 / 128 = 4, r = 0.5, y = [16, 16, 0...] (docs/contract.md, "RMSNorm"); one group:
 // amax 16, scale 16 / 448, q = [448, 448, 0...] (0x7E).
@@ -117,7 +111,7 @@ void test_launch() {
   cudaMemcpy(s, ds, 16, cudaMemcpyDeviceToHost);
   EXPECT(q[0] == 0x7E && q[1] == 0x7E && q[2] == 0);
   EXPECT(s[0] == 16.0f / 448.0f && s[1] == 0.0f && s[2] == 0.0f && s[3] == 0.0f);  // padding rows zeroed
-  cudaFree(dx), cudaFree(dr), cudaFree(dw), cudaFree(dy), cudaFree(dq), cudaFree(ds);
+  free_all(dx, dr, dw, dy, dq, ds);
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 namespace {
 
 // Addresses far apart, never dereferenced by a refused call (see test_c_api.cpp)
-float* const kSrc = reinterpret_cast<float*>(uintptr_t{1} << 20);
-float* const kDst = reinterpret_cast<float*>(uintptr_t{2} << 20);
-uint64_t* const kFlag = reinterpret_cast<uint64_t*>(uintptr_t{3} << 20);
+float* const kSrc = fake_address<float>(1);
+float* const kDst = fake_address<float>(2);
+uint64_t* const kFlag = fake_address<uint64_t>(3);
 
 void test_validation() {
   auto* words = reinterpret_cast<int32_t*>(kDst);
@@ -117,10 +117,7 @@ bool test_launch() {
   cudaMemcpy(w, words, sizeof(w), cudaMemcpyDeviceToHost);
   cudaMemcpy(&first, flag, 8, cudaMemcpyDeviceToHost);
   EXPECT(first == 11 && (w[3] >> 16 & 0xFF) == 0xFF);
-  cudaFree(src);
-  cudaFree(words);
-  cudaFree(back);
-  cudaFree(flag);
+  free_all(src, words, back, flag);
   return true;
 }
 

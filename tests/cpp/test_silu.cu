@@ -77,10 +77,7 @@ bool check(const char* name, unsigned long long* counts) {
 }  // namespace
 
 int main() {
-  if (!have_gpu()) {
-    std::printf("no GPU: skipped\n");
-    return kSkipped;
-  }
+  if (!gpu_or_skip()) return kSkipped;
   unsigned long long* counts;
   cudaMalloc(&counts, 4 * sizeof(*counts));
   const bool bf16_ok = check<__nv_bfloat16>("bf16", counts);

@@ -14,9 +14,9 @@
 namespace {
 
 // Addresses far apart, never dereferenced by a refused call (see test_c_api.cpp)
-const void* const kW = reinterpret_cast<const void*>(uintptr_t{1} << 20);
-void* const kQ = reinterpret_cast<void*>(uintptr_t{2} << 20);
-float* const kScale = reinterpret_cast<float*>(uintptr_t{3} << 20);
+const void* const kW = fake_address<const void>(1);
+void* const kQ = fake_address<void>(2);
+float* const kScale = fake_address<float>(3);
 
 struct Call {
   const void* w = kW;
@@ -66,12 +66,6 @@ void test_validation() {
   c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 60000), expect_valid_without_gpu(c);
 }
 
-uint16_t bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // On a supported GPU: w [130, 200] of 1.0 with 448 in block (0, 0), -672 in block (0, 1) and
 // zeros in block (1, 1): scales 1, 1.5, 1/448 and eps / 448.
 bool test_launch() {
@@ -99,9 +93,7 @@ bool test_launch() {
   EXPECT(s[0] == 1.0f && s[1] == 1.5f && s[2] == 1.0f / 448.0f && s[3] == 1e-4f / 448.0f);
   EXPECT(q[5] == 0x7E && q[0] == 0x38 && q[150] == 0xFE && q[129 * k + 199] == 0x00);
   EXPECT(q[128 * k] == 0x7E);  // 1.0 / (1 / 448) = 448
-  cudaFree(dw);
-  cudaFree(dq);
-  cudaFree(ds);
+  free_all(dw, dq, ds);
   return true;
 }
 
