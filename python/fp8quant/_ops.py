@@ -2,17 +2,19 @@
 op, both registered with ``torch.library`` (so ``torch.compile``, fake tensors and CUDA graphs
 see them), and an eager path that skips the dispatcher.
 
-An op declares its inputs, its scalar parameters (a schema fragment), its outputs, the geometry
-of those outputs, a CUDA launch and a reference::
+An op declares its reference, whose annotated signature is the op's (tensor inputs first, then
+``int``, ``float``, ``bool`` or ``str`` parameters), its outputs, their geometry and a CUDA
+launch::
+
+    def reference_op(x: torch.Tensor, group_size: int, scale_layout: str, ue8m0: bool, eps: float):
+        ...                        # -> outputs (the CPU path and the oracle)
 
     quant = Op(
         "per_token_group_quant",
-        inputs=("x",),
-        params="int group_size, str scale_layout, bool ue8m0, float eps",
-        outputs=("q", "scale"),
+        ("q", "scale"),
         geometry=quant_geometry,   # (TensorMeta of each input, *params) -> (Buffer, ...)
         launch=launch_on_gpu,      # (*inputs, *outputs, *params) -> None, writes the outputs
-        reference=reference_op,    # (*inputs, *params) -> outputs (the CPU path and the oracle)
+        reference=reference_op,
     )
     q, scale = quant(x, 128, "mn_tma", False, 1e-4)            # allocates
     quant(x, 128, "mn_tma", False, 1e-4, out=(q, scale))        # into caller buffers
@@ -30,6 +32,7 @@ only what it needs to compute its outputs' geometry, and what the reference need
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -132,22 +135,45 @@ def _byte_range(t: torch.Tensor, numel: int | None) -> tuple[int, int]:
     return t.data_ptr(), t.data_ptr() + numel * t.element_size()
 
 
+_TENSOR = ("Tensor", "torch.Tensor")
+_SCALARS = ("int", "float", "bool", "str")
+
+
+def signature(reference: Callable) -> tuple[tuple[str, ...], str]:
+    """An op's tensor inputs and the schema fragment of its scalar parameters, read from its
+    reference's annotations: tensors first, then ``int``, ``float``, ``bool`` or ``str``."""
+    inputs, params = [], []
+    for name, p in inspect.signature(reference).parameters.items():
+        annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", None)
+        if annotation in _TENSOR and not params:
+            inputs.append(name)
+        elif annotation in _SCALARS:
+            params.append(f"{annotation} {name}")
+        else:
+            raise TypeError(
+                f"{reference.__qualname__}: parameter {name!r} must be annotated torch.Tensor (before the scalars) "
+                f"or one of {', '.join(_SCALARS)}, got {p.annotation!r}"
+            )
+    if not inputs:
+        raise TypeError(f"{reference.__qualname__}: an op takes at least one tensor")
+    return tuple(inputs), ", ".join(params)
+
+
 class Op:
     """One fp8quant operation, declared once (see the module docstring)."""
 
     def __init__(
         self,
         name: str,
-        *,
-        inputs: tuple[str, ...],
-        params: str,
         outputs: tuple[str, ...],
+        *,
         geometry: Callable[..., tuple[Buffer, ...]],
         launch: Callable[..., None],
         reference: Callable[..., tuple[torch.Tensor, ...]],
         mutates: tuple[str, ...] = (),
         namespace: str = "fp8quant",
     ) -> None:
+        inputs, params = signature(reference)
         self.name = name
         self.inputs = inputs
         self.outputs = outputs

@@ -54,7 +54,7 @@ def _routing_launch(topk_ids, counts, row_offsets, m_indices, row_token, inv_per
     )  # fmt: skip
 
 
-def _routing_reference(topk_ids, num_experts, expert_offset, align, rows, max_m):
+def _routing_reference(topk_ids: torch.Tensor, num_experts: int, expert_offset: int, align: int, rows: int, max_m: int):
     r = reference.moe_routing(
         topk_ids, num_experts, expert_offset=expert_offset, align=align, max_m_sum=rows, max_m=max_m or None
     )
@@ -63,14 +63,9 @@ def _routing_reference(topk_ids, num_experts, expert_offset, align, rows, max_m)
 
 
 _routing = Op(
-    "moe_routing",
-    inputs=("topk_ids",),
-    params="int num_experts, int expert_offset, int align, int rows, int max_m",
-    outputs=("counts", "row_offsets", "m_indices", "row_token", "inv_perm", "masked_row", "status"),
-    geometry=_routing_geometry,
-    launch=_routing_launch,
-    reference=_routing_reference,
-)
+    "moe_routing", ("counts", "row_offsets", "m_indices", "row_token", "inv_perm", "masked_row", "status"),
+    geometry=_routing_geometry, launch=_routing_launch, reference=_routing_reference,
+)  # fmt: skip
 
 
 def _m_sum(topk_ids: torch.Tensor, num_experts: int, expert_offset: int, align: int) -> int:
@@ -200,15 +195,11 @@ def _combine_launch(y, rows, weights, out) -> None:
     )  # fmt: skip
 
 
-_combine = Op(
-    "moe_combine",
-    inputs=("y", "rows", "weights"),
-    params="",
-    outputs=("out",),
-    geometry=_combine_geometry,
-    launch=_combine_launch,
-    reference=lambda y, rows, weights: (reference.moe_combine(y, rows, weights),),
-)
+def _combine_reference(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor):
+    return (reference.moe_combine(y, rows, weights),)
+
+
+_combine = Op("moe_combine", ("out",), geometry=_combine_geometry, launch=_combine_launch, reference=_combine_reference)
 
 
 def moe_combine(
@@ -291,7 +282,10 @@ def _silu_launch(x, m_indices, used_rows, masked_m, q, scale, align, group_size,
     )  # fmt: skip
 
 
-def _silu_reference(x, m_indices, used_rows, masked_m, align, group_size, scale_layout, ue8m0, eps):
+def _silu_reference(
+    x: torch.Tensor, m_indices: torch.Tensor, used_rows: torch.Tensor, masked_m: torch.Tensor, align: int, group_size: int, scale_layout: str,
+    ue8m0: bool, eps: float,
+):  # fmt: skip
     """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling);
     rows at or past ``used_rows`` count as padding, whatever m_indices holds there."""
     if m_indices.numel() and used_rows.numel():
@@ -303,15 +297,7 @@ def _silu_reference(x, m_indices, used_rows, masked_m, align, group_size, scale_
     )  # fmt: skip
 
 
-_silu = Op(
-    "silu_mul_quant",
-    inputs=("x", "m_indices", "used_rows", "masked_m"),
-    params="int align, int group_size, str scale_layout, bool ue8m0, float eps",
-    outputs=("q", "scale"),
-    geometry=_silu_geometry,
-    launch=_silu_launch,
-    reference=_silu_reference,
-)
+_silu = Op("silu_mul_quant", ("q", "scale"), geometry=_silu_geometry, launch=_silu_launch, reference=_silu_reference)
 
 
 def _index_tensor(name: str, t, shape: tuple, x: torch.Tensor) -> None:
@@ -427,21 +413,19 @@ def _dispatch_launch(
     )  # fmt: skip
 
 
-def _dispatch_reference(x, slot_rows, counts, row_offsets, rows, max_m, align, group_size, scale_layout, ue8m0, eps):
+def _dispatch_reference(
+    x: torch.Tensor, slot_rows: torch.Tensor, counts: torch.Tensor, row_offsets: torch.Tensor, rows: int, max_m: int, align: int, group_size: int,
+    scale_layout: str, ue8m0: bool, eps: float,
+):  # fmt: skip
     """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling)."""
     shape = (rows,) if max_m == 0 else (counts.shape[0], max_m)
     return reference.moe_scatter_quant(x, slot_rows, shape, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
 
 
 _dispatch = Op(
-    "moe_dispatch_quant",
-    inputs=("x", "slot_rows", "counts", "row_offsets"),
-    params="int rows, int max_m, int align, int group_size, str scale_layout, bool ue8m0, float eps",
-    outputs=("q", "scale"),
-    geometry=_dispatch_geometry,
-    launch=_dispatch_launch,
+    "moe_dispatch_quant", ("q", "scale"), geometry=_dispatch_geometry, launch=_dispatch_launch,
     reference=_dispatch_reference,
-)
+)  # fmt: skip
 
 
 def moe_dispatch_quant(

@@ -50,57 +50,44 @@ def _launch_quant(x, residual, weight, q, scale, eps, group_size, scale_layout, 
     )  # fmt: skip
 
 
-_QUANT_PARAMS = "float eps, int group_size, str scale_layout, bool ue8m0, float quant_eps"
+def _norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float):
+    return (reference.rms_norm(x, weight, eps),)
 
-_norm = Op(
-    "rms_norm",
-    inputs=("x", "weight"),
-    params="float eps",
-    outputs=("y",),
-    geometry=_norm_geometry,
-    launch=lambda x, weight, y, eps: _launch_norm(x, None, weight, y, eps),
-    reference=lambda x, weight, eps: (reference.rms_norm(x, weight, eps),),
-)
-_add_norm = Op(
-    "add_rms_norm",
-    inputs=("x", "residual", "weight"),
-    params="float eps",
-    outputs=("y",),
-    geometry=_norm_geometry,
-    launch=_launch_norm,
-    reference=lambda x, residual, weight, eps: reference.rms_norm(x, weight, eps, residual=residual),
-    mutates=("residual",),
-)
-_norm_quant = Op(
-    "rms_norm_quant",
-    inputs=("x", "weight"),
-    params=_QUANT_PARAMS,
-    outputs=("q", "scale"),
-    geometry=_quant_geometry,
-    launch=lambda x, weight, q, scale, *params: _launch_quant(x, None, weight, q, scale, *params),
-    reference=lambda x, weight, eps, group_size, scale_layout, ue8m0, quant_eps: reference.rms_norm_quant(
-        x, weight, eps, group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0, quant_eps=quant_eps
-    ),
-)
-_add_norm_quant = Op(
-    "add_rms_norm_quant",
-    inputs=("x", "residual", "weight"),
-    params=_QUANT_PARAMS,
-    outputs=("q", "scale"),
-    geometry=_quant_geometry,
-    launch=_launch_quant,
-    reference=lambda x, residual, weight, eps, group_size, scale_layout, ue8m0, quant_eps: reference.rms_norm_quant(
-        x,
-        weight,
-        eps,
-        residual=residual,
-        group_size=group_size,
-        scale_layout=scale_layout,
-        ue8m0=ue8m0,
-        quant_eps=quant_eps,
-    ),
-    mutates=("residual",),
-)
+
+def _add_norm_reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    return reference.rms_norm(x, weight, eps, residual=residual)
+
+
+def _norm_quant_reference(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int, scale_layout: str, ue8m0: bool, quant_eps: float
+):  # fmt: skip
+    return reference.rms_norm_quant(x, weight, eps, group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+                                    quant_eps=quant_eps)  # fmt: skip
+
+
+def _add_norm_quant_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int, scale_layout: str, ue8m0: bool, quant_eps: float
+):  # fmt: skip
+    return reference.rms_norm_quant(x, weight, eps, residual=residual, group_size=group_size, scale_layout=scale_layout,
+                                    ue8m0=ue8m0, quant_eps=quant_eps)  # fmt: skip
+
+
+def _launch_norm_alone(x, weight, y, eps) -> None:
+    _launch_norm(x, None, weight, y, eps)
+
+
+def _launch_quant_alone(x, weight, q, scale, *params) -> None:
+    _launch_quant(x, None, weight, q, scale, *params)
+
+
+# Without and with the residual, which the kernels update in place
+_norm = Op("rms_norm", ("y",), geometry=_norm_geometry, launch=_launch_norm_alone, reference=_norm_reference)
+_add_norm = Op("add_rms_norm", ("y",), geometry=_norm_geometry, launch=_launch_norm, reference=_add_norm_reference,
+               mutates=("residual",))  # fmt: skip
+_norm_quant = Op("rms_norm_quant", ("q", "scale"), geometry=_quant_geometry, launch=_launch_quant_alone,
+                 reference=_norm_quant_reference)  # fmt: skip
+_add_norm_quant = Op("add_rms_norm_quant", ("q", "scale"), geometry=_quant_geometry, launch=_launch_quant,
+                     reference=_add_norm_quant_reference, mutates=("residual",))  # fmt: skip
 
 
 # --- the public functions ------------------------------------------------------------------------

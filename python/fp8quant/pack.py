@@ -89,14 +89,12 @@ def _convert_launch(scale, out, from_layout: str, to_layout: str) -> None:
     _run_transform("convert", scale, from_layout, out, to_layout, scale.shape[-1], 1, None)
 
 
+def _convert_reference(scale: torch.Tensor, from_layout: str, to_layout: str):
+    return (reference.convert_scales(scale, from_layout, to_layout),)
+
+
 _convert = Op(
-    "convert_scales",
-    inputs=("scale",),
-    params="str from_layout, str to_layout",
-    outputs=("out",),
-    geometry=_convert_geometry,
-    launch=_convert_launch,
-    reference=lambda scale, from_layout, to_layout: (reference.convert_scales(scale, from_layout, to_layout),),
+    "convert_scales", ("out",), geometry=_convert_geometry, launch=_convert_launch, reference=_convert_reference
 )
 
 
@@ -134,19 +132,12 @@ def _pack_launch(scale, packed, flag, from_layout: str) -> None:
     _run_transform("pack", scale, from_layout, packed, "packed_ue8m0", scale.shape[-1], 1, flag)
 
 
-def _pack_reference(scale, from_layout):
+def _pack_reference(scale: torch.Tensor, from_layout: str):
     return reference.pack_ue8m0(scale, from_layout), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_pack = Op(
-    "pack_ue8m0",
-    inputs=("scale",),
-    params="str from_layout",
-    outputs=("packed", "first_invalid"),
-    geometry=_pack_geometry,
-    launch=_pack_launch,
-    reference=_pack_reference,
-)
+_pack = Op("pack_ue8m0", ("packed", "first_invalid"), geometry=_pack_geometry, launch=_pack_launch,
+           reference=_pack_reference)  # fmt: skip
 
 
 def _not_packable(scale: torch.Tensor, name: str):
@@ -185,19 +176,12 @@ def _unpack_launch(packed, scale, flag, num_groups: int, to_layout: str) -> None
     _run_transform("unpack", packed, "packed_ue8m0", scale, to_layout, num_groups, 1, flag)
 
 
-def _unpack_reference(packed, num_groups, to_layout):
+def _unpack_reference(packed: torch.Tensor, num_groups: int, to_layout: str):
     return reference.unpack_ue8m0(packed, num_groups, to_layout), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_unpack = Op(
-    "unpack_ue8m0",
-    inputs=("packed",),
-    params="int num_groups, str to_layout",
-    outputs=("scale", "first_invalid"),
-    geometry=_unpack_geometry,
-    launch=_unpack_launch,
-    reference=_unpack_reference,
-)
+_unpack = Op("unpack_ue8m0", ("scale", "first_invalid"), geometry=_unpack_geometry, launch=_unpack_launch,
+             reference=_unpack_reference)  # fmt: skip
 
 
 def unpack_ue8m0(
@@ -229,19 +213,12 @@ def _sm100_launch(w_scale, packed, flag, n: int, block_n: int) -> None:
     _run_transform("sm100_weight_scales", w_scale, "row", packed, "packed_ue8m0", w_scale.shape[-1], block_n, flag)
 
 
-def _sm100_reference(w_scale, n, block_n):
+def _sm100_reference(w_scale: torch.Tensor, n: int, block_n: int):
     return reference.sm100_weight_scales(w_scale, n, block_n), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_sm100 = Op(
-    "sm100_weight_scales",
-    inputs=("w_scale",),
-    params="int n, int block_n",
-    outputs=("packed", "first_invalid"),
-    geometry=_sm100_geometry,
-    launch=_sm100_launch,
-    reference=_sm100_reference,
-)
+_sm100 = Op("sm100_weight_scales", ("packed", "first_invalid"), geometry=_sm100_geometry, launch=_sm100_launch,
+            reference=_sm100_reference)  # fmt: skip
 
 
 def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128, *, validate: bool = True) -> torch.Tensor:

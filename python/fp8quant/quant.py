@@ -31,19 +31,11 @@ def _launch(
     )  # fmt: skip
 
 
-def _reference(x, group_size, scale_layout, ue8m0, eps):
+def _reference(x: torch.Tensor, group_size: int, scale_layout: str, ue8m0: bool, eps: float):
     return reference.per_token_group_quant(x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
 
 
-_quant = Op(
-    "per_token_group_quant",
-    inputs=("x",),
-    params="int group_size, str scale_layout, bool ue8m0, float eps",
-    outputs=("q", "scale"),
-    geometry=_geometry,
-    launch=_launch,
-    reference=_reference,
-)
+_quant = Op("per_token_group_quant", ("q", "scale"), geometry=_geometry, launch=_launch, reference=_reference)
 
 
 def per_token_group_quant(

@@ -32,19 +32,11 @@ def _launch(w, q, scale, block_n: int, block_k: int, ue8m0: bool, eps: float) ->
     launch_rows(extension().per_block_quant_ptr, w, q, scale.data_ptr(), block_n, block_k, ue8m0, eps)
 
 
-def _reference(w, block_n, block_k, ue8m0, eps):
+def _reference(w: torch.Tensor, block_n: int, block_k: int, ue8m0: bool, eps: float):
     return reference.per_block_quant(w, (block_n, block_k), ue8m0=ue8m0, eps=eps)
 
 
-_block_quant = Op(
-    "per_block_quant",
-    inputs=("w",),
-    params="int block_n, int block_k, bool ue8m0, float eps",
-    outputs=("q", "scale"),
-    geometry=_geometry,
-    launch=_launch,
-    reference=_reference,
-)
+_block_quant = Op("per_block_quant", ("q", "scale"), geometry=_geometry, launch=_launch, reference=_reference)
 
 
 def per_block_quant(
@@ -95,19 +87,14 @@ def _requantize_launch(w, w_scale, q, scale, block_n: int, block_k: int, eps: fl
     )  # fmt: skip
 
 
-def _requantize_reference(w, w_scale, block_n, block_k, eps):
+def _requantize_reference(w: torch.Tensor, w_scale: torch.Tensor, block_n: int, block_k: int, eps: float):
     return reference.requantize_ue8m0(w, w_scale, (block_n, block_k), eps=eps)
 
 
 _requantize = Op(
-    "requantize_ue8m0",
-    inputs=("w", "w_scale"),
-    params="int block_n, int block_k, float eps",
-    outputs=("q", "scale"),
-    geometry=_requantize_geometry,
-    launch=_requantize_launch,
+    "requantize_ue8m0", ("q", "scale"), geometry=_requantize_geometry, launch=_requantize_launch,
     reference=_requantize_reference,
-)
+)  # fmt: skip
 
 
 def requantize_ue8m0(

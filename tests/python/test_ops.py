@@ -38,16 +38,7 @@ def _launch(*args):
     raise AssertionError("the CPU path never launches")
 
 
-TOY = Op(
-    "toy",
-    inputs=("x",),
-    params="float factor",
-    outputs=("y", "s"),
-    geometry=_geometry,
-    launch=_launch,
-    reference=_reference,
-    namespace="fp8quant_test",
-)
+TOY = Op("toy", ("y", "s"), geometry=_geometry, launch=_launch, reference=_reference, namespace="fp8quant_test")
 
 
 def x_of(m: int = 5, k: int = 8, seed: int = 0) -> torch.Tensor:
@@ -268,3 +259,32 @@ def test_out_on_the_cpu_takes_one_dimensional_outputs():
     out = tuple(torch.full(b.shape, -7, dtype=b.dtype) for b in routing.buffers(*args))
     got = routing(*args, out=out)
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_signature_from_the_reference():
+    """An op's schema is its reference's annotated signature: tensors, then int, float, bool or
+    str; anything else, or a tensor after a scalar, is refused naming the parameter."""
+    from fp8quant._ops import signature  # noqa: PLC0415
+
+    assert signature(_reference) == (("x",), "float factor")
+
+    def mixed(x: torch.Tensor, w: torch.Tensor, n: int, name: str, on: bool, eps: float):
+        pass
+
+    assert signature(mixed) == (("x", "w"), "int n, str name, bool on, float eps")
+
+    def late(x: torch.Tensor, n: int, w: torch.Tensor):
+        pass
+
+    def bare(x, n):
+        pass
+
+    def scalars_only(n: int):
+        pass
+
+    with pytest.raises(TypeError, match=r"late: parameter 'w' must be annotated torch.Tensor \(before the scalars\)"):
+        signature(late)
+    with pytest.raises(TypeError, match=r"bare: parameter 'x' must be annotated"):
+        signature(bare)
+    with pytest.raises(TypeError, match=r"scalars_only: an op takes at least one tensor"):
+        signature(scalars_only)
