@@ -10,8 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 out=$repo/build/sdist
 
-venv=${FP8QUANT_VENV:-.venv}
-if [ ! -x "$venv/bin/python" ]; then . scripts/setup.sh; else . "$venv/bin/activate"; fi
+. scripts/activate.sh
 
 rm -rf "$out"
 mkdir -p "$out"

@@ -16,8 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 out=$repo/build/wheels
 
-venv=${FP8QUANT_VENV:-.venv}
-if [ ! -x "$venv/bin/python" ]; then . scripts/setup.sh; else . "$venv/bin/activate"; fi
+. scripts/activate.sh
 
 python312() {  # a Python 3.12 interpreter: PYTHON312, pyenv's, or python3.12 on PATH
   local candidate
@@ -62,29 +61,26 @@ for wheel in "$out"/wheelhouse/*.whl; do
   headers=$("$cuobjdump" -elf "$out/unpacked/fp8quant/libfp8quant.so" | grep "^arch = ")
   grep -qx "arch = sm_100f" <<<"$headers" ||
     { echo "FAIL: the Blackwell cubin of $(basename "$wheel") is not sm_100f: $headers"; exit 1; }
+  listing=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so")
   for arch in sm_90a sm_100; do
     grep -q "\.$arch\.cubin" <<<"$elfs" || { echo "FAIL: no $arch SASS in $(basename "$wheel")"; exit 1; }
-    # One kernel per distinct instantiation: 3 dtypes x 3 group sizes x (row, column: ue8m0 x
-    # aligned; packed: aligned) = 90 (mn and mn_tma share the column kernels), plus the MoE
-    # sources (SiLU-and-mul, gather) at group size 128 only: 2 x 3 dtypes x 5 x 2 = 60
-    kernels=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_token_group_quant_kernel.*\.$arch\.")
-    [ "$kernels" -eq 150 ] || { echo "FAIL: $kernels per_token_group_quant kernels for $arch, expected 150"; exit 1; }
-    # per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned = 14
-    blocks=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "per_block_quant_kernel.*\.$arch\.")
-    [ "$blocks" -eq 14 ] || { echo "FAIL: $blocks per_block_quant kernels for $arch, expected 14"; exit 1; }
-    # scale transforms: convert and unpack x (row, MN-major destination), pack (MN-major) = 5
-    transforms=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "scale_transform_kernel.*\.$arch\.")
-    [ "$transforms" -eq 5 ] || { echo "FAIL: $transforms scale_transform kernels for $arch, expected 5"; exit 1; }
-    # moe_combine: 3 dtypes x aligned = 6
-    combine=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "moe_combine_kernel.*\.$arch\.")
-    [ "$combine" -eq 6 ] || { echo "FAIL: $combine moe_combine kernels for $arch, expected 6"; exit 1; }
-    # moe routing: one-kernel route, count and place x (int32, int64 ids) = 6
-    routing=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -cE "moe_(route|count|place)_kernel.*\.$arch\.")
-    [ "$routing" -eq 6 ] || { echo "FAIL: $routing moe routing kernels for $arch, expected 6"; exit 1; }
-    # rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 scale formats) = 64
-    norms=$("$cuobjdump" --list-text "$out/unpacked/fp8quant/libfp8quant.so" | grep -c "rms_norm_kernel.*\.$arch\.")
-    [ "$norms" -eq 64 ] || { echo "FAIL: $norms rms_norm kernels for $arch, expected 64"; exit 1; }
-    echo "$arch: $kernels per_token_group_quant kernels, $blocks per_block_quant kernels, $transforms scale_transform kernels, $combine moe_combine kernels, $routing moe routing kernels, $norms rms_norm kernels"
+    # One count per kernel family (its SASS for this architecture, one per instantiation):
+    #   per_token_group_quant: 3 dtypes x 3 group sizes x (row, column: ue8m0 x aligned; packed:
+    #     aligned) = 90 (mn and mn_tma share the column kernels), plus the MoE sources (SiLU-and-mul,
+    #     gather) at group size 128 only: 2 x 3 dtypes x 5 x 2 = 60;
+    #   per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned;
+    #   scale_transform: convert and unpack x (row, MN-major destination), pack (MN-major);
+    #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place x (int32,
+    #   int64 ids); rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats)
+    counts=""
+    for spec in per_token_group_quant_kernel:150 per_block_quant_kernel:14 scale_transform_kernel:5 \
+                moe_combine_kernel:6 "moe_(route|count|place)_kernel:6" rms_norm_kernel:64; do
+      family=${spec%:*} expected=${spec##*:}
+      n=$(grep -cE "$family.*\.$arch\." <<<"$listing")
+      [ "$n" -eq "$expected" ] || { echo "FAIL: $n $family for $arch, expected $expected"; exit 1; }
+      counts+=" $family=$n"
+    done
+    echo "$arch:$counts"
   done
 done
 

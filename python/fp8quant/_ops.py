@@ -11,10 +11,10 @@ launch::
 
     quant = Op(
         "per_token_group_quant",
-        ("q", "scale"),
-        geometry=quant_geometry,   # (TensorMeta of each input, *params) -> (Buffer, ...)
-        launch=launch_on_gpu,      # (*inputs, *outputs, *params) -> None, writes the outputs
-        reference=reference_op,
+        ("q", "scale"),            # the outputs
+        quant_geometry,            # (TensorMeta of each input, *params) -> (Buffer, ...)
+        launch_on_gpu,             # (*inputs, *outputs, *params) -> None, writes the outputs
+        reference_op,
     )
     q, scale = quant(x, 128, "mn_tma", False, 1e-4)            # allocates
     quant(x, 128, "mn_tma", False, 1e-4, out=(q, scale))        # into caller buffers
@@ -166,10 +166,10 @@ class Op:
         self,
         name: str,
         outputs: tuple[str, ...],
-        *,
         geometry: Callable[..., tuple[Buffer, ...]],
         launch: Callable[..., None],
         reference: Callable[..., tuple[torch.Tensor, ...]],
+        *,
         mutates: tuple[str, ...] = (),
         namespace: str = "fp8quant",
     ) -> None:

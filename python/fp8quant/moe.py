@@ -63,9 +63,12 @@ def _routing_reference(topk_ids: torch.Tensor, num_experts: int, expert_offset: 
 
 
 _routing = Op(
-    "moe_routing", ("counts", "row_offsets", "m_indices", "row_token", "inv_perm", "masked_row", "status"),
-    geometry=_routing_geometry, launch=_routing_launch, reference=_routing_reference,
-)  # fmt: skip
+    "moe_routing",
+    ("counts", "row_offsets", "m_indices", "row_token", "inv_perm", "masked_row", "status"),
+    _routing_geometry,
+    _routing_launch,
+    _routing_reference,
+)
 
 
 def _m_sum(topk_ids: torch.Tensor, num_experts: int, expert_offset: int, align: int) -> int:
@@ -199,7 +202,7 @@ def _combine_reference(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tenso
     return (reference.moe_combine(y, rows, weights),)
 
 
-_combine = Op("moe_combine", ("out",), geometry=_combine_geometry, launch=_combine_launch, reference=_combine_reference)
+_combine = Op("moe_combine", ("out",), _combine_geometry, _combine_launch, _combine_reference)
 
 
 def moe_combine(
@@ -297,7 +300,7 @@ def _silu_reference(
     )  # fmt: skip
 
 
-_silu = Op("silu_mul_quant", ("q", "scale"), geometry=_silu_geometry, launch=_silu_launch, reference=_silu_reference)
+_silu = Op("silu_mul_quant", ("q", "scale"), _silu_geometry, _silu_launch, _silu_reference)
 
 
 def _index_tensor(name: str, t, shape: tuple, x: torch.Tensor) -> None:
@@ -422,10 +425,7 @@ def _dispatch_reference(
     return reference.moe_scatter_quant(x, slot_rows, shape, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
 
 
-_dispatch = Op(
-    "moe_dispatch_quant", ("q", "scale"), geometry=_dispatch_geometry, launch=_dispatch_launch,
-    reference=_dispatch_reference,
-)  # fmt: skip
+_dispatch = Op("moe_dispatch_quant", ("q", "scale"), _dispatch_geometry, _dispatch_launch, _dispatch_reference)
 
 
 def moe_dispatch_quant(

@@ -81,13 +81,17 @@ def _launch_quant_alone(x, weight, q, scale, *params) -> None:
 
 
 # Without and with the residual, which the kernels update in place
-_norm = Op("rms_norm", ("y",), geometry=_norm_geometry, launch=_launch_norm_alone, reference=_norm_reference)
-_add_norm = Op("add_rms_norm", ("y",), geometry=_norm_geometry, launch=_launch_norm, reference=_add_norm_reference,
-               mutates=("residual",))  # fmt: skip
-_norm_quant = Op("rms_norm_quant", ("q", "scale"), geometry=_quant_geometry, launch=_launch_quant_alone,
-                 reference=_norm_quant_reference)  # fmt: skip
-_add_norm_quant = Op("add_rms_norm_quant", ("q", "scale"), geometry=_quant_geometry, launch=_launch_quant,
-                     reference=_add_norm_quant_reference, mutates=("residual",))  # fmt: skip
+_norm = Op("rms_norm", ("y",), _norm_geometry, _launch_norm_alone, _norm_reference)
+_add_norm = Op("add_rms_norm", ("y",), _norm_geometry, _launch_norm, _add_norm_reference, mutates=("residual",))
+_norm_quant = Op("rms_norm_quant", ("q", "scale"), _quant_geometry, _launch_quant_alone, _norm_quant_reference)
+_add_norm_quant = Op(
+    "add_rms_norm_quant",
+    ("q", "scale"),
+    _quant_geometry,
+    _launch_quant,
+    _add_norm_quant_reference,
+    mutates=("residual",),
+)
 
 
 # --- the public functions ------------------------------------------------------------------------

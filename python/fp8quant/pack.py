@@ -93,9 +93,7 @@ def _convert_reference(scale: torch.Tensor, from_layout: str, to_layout: str):
     return (reference.convert_scales(scale, from_layout, to_layout),)
 
 
-_convert = Op(
-    "convert_scales", ("out",), geometry=_convert_geometry, launch=_convert_launch, reference=_convert_reference
-)
+_convert = Op("convert_scales", ("out",), _convert_geometry, _convert_launch, _convert_reference)
 
 
 def convert_scales(scale: torch.Tensor, from_layout: str, to_layout: str) -> torch.Tensor:
@@ -136,8 +134,7 @@ def _pack_reference(scale: torch.Tensor, from_layout: str):
     return reference.pack_ue8m0(scale, from_layout), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_pack = Op("pack_ue8m0", ("packed", "first_invalid"), geometry=_pack_geometry, launch=_pack_launch,
-           reference=_pack_reference)  # fmt: skip
+_pack = Op("pack_ue8m0", ("packed", "first_invalid"), _pack_geometry, _pack_launch, _pack_reference)
 
 
 def _not_packable(scale: torch.Tensor, name: str):
@@ -180,8 +177,7 @@ def _unpack_reference(packed: torch.Tensor, num_groups: int, to_layout: str):
     return reference.unpack_ue8m0(packed, num_groups, to_layout), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_unpack = Op("unpack_ue8m0", ("scale", "first_invalid"), geometry=_unpack_geometry, launch=_unpack_launch,
-             reference=_unpack_reference)  # fmt: skip
+_unpack = Op("unpack_ue8m0", ("scale", "first_invalid"), _unpack_geometry, _unpack_launch, _unpack_reference)
 
 
 def unpack_ue8m0(
@@ -217,8 +213,7 @@ def _sm100_reference(w_scale: torch.Tensor, n: int, block_n: int):
     return reference.sm100_weight_scales(w_scale, n, block_n), torch.full((1,), _NO_INVALID, dtype=torch.int64)
 
 
-_sm100 = Op("sm100_weight_scales", ("packed", "first_invalid"), geometry=_sm100_geometry, launch=_sm100_launch,
-            reference=_sm100_reference)  # fmt: skip
+_sm100 = Op("sm100_weight_scales", ("packed", "first_invalid"), _sm100_geometry, _sm100_launch, _sm100_reference)
 
 
 def sm100_weight_scales(w_scale: torch.Tensor, n: int, block_n: int = 128, *, validate: bool = True) -> torch.Tensor:

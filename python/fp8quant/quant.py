@@ -35,7 +35,7 @@ def _reference(x: torch.Tensor, group_size: int, scale_layout: str, ue8m0: bool,
     return reference.per_token_group_quant(x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
 
 
-_quant = Op("per_token_group_quant", ("q", "scale"), geometry=_geometry, launch=_launch, reference=_reference)
+_quant = Op("per_token_group_quant", ("q", "scale"), _geometry, _launch, _reference)
 
 
 def per_token_group_quant(

@@ -30,6 +30,17 @@ BACKENDS = ("deep_gemm", "cutlass", "scaled_mm", "triton", "reference")
 _WEIGHT_SCALES = ("block", "sm100_packed")
 
 
+def _check_scale_form(arg: str, value: str, choices: tuple[str, ...], packed: str, ue8m0: bool) -> None:
+    """``value`` (the argument ``arg``) one of ``choices``; ``ue8m0`` a bool, True for the form
+    ``packed`` (packed scales are UE8M0)."""
+    if value not in choices:
+        raise ValueError(f"{arg} must be one of {choices}, got {value!r}")
+    if not isinstance(ue8m0, bool):
+        raise TypeError(f"ue8m0 must be a bool, got {type(ue8m0).__name__}")
+    if value == packed and not ue8m0:
+        raise ValueError(f"ue8m0=False contradicts {arg}={packed!r} (packed scales are UE8M0)")
+
+
 @dataclass(frozen=True)
 class ActivationFormat:
     """How activations ``[M, K]`` are quantized for a GEMM: 1 x ``group_size`` groups, scales in
@@ -41,12 +52,7 @@ class ActivationFormat:
     group_size: int = 128
 
     def __post_init__(self) -> None:
-        if self.scale_layout not in SCALE_LAYOUTS:
-            raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS}, got {self.scale_layout!r}")
-        if not isinstance(self.ue8m0, bool):
-            raise TypeError(f"ue8m0 must be a bool, got {type(self.ue8m0).__name__}")
-        if self.scale_layout == "packed_ue8m0" and not self.ue8m0:
-            raise ValueError("ue8m0=False contradicts scale_layout='packed_ue8m0' (packed scales are UE8M0)")
+        _check_scale_form("scale_layout", self.scale_layout, SCALE_LAYOUTS, "packed_ue8m0", self.ue8m0)
         if self.group_size not in GROUP_SIZES:
             raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {self.group_size!r}")
 
@@ -77,12 +83,7 @@ class WeightFormat:
     block: tuple[int, int] = (128, 128)
 
     def __post_init__(self) -> None:
-        if self.scales not in _WEIGHT_SCALES:
-            raise ValueError(f"scales must be one of {_WEIGHT_SCALES}, got {self.scales!r}")
-        if not isinstance(self.ue8m0, bool):
-            raise TypeError(f"ue8m0 must be a bool, got {type(self.ue8m0).__name__}")
-        if self.scales == "sm100_packed" and not self.ue8m0:
-            raise ValueError("ue8m0=False contradicts scales='sm100_packed' (packed scales are UE8M0)")
+        _check_scale_form("scales", self.scales, _WEIGHT_SCALES, "sm100_packed", self.ue8m0)
         align = self.scale_cols_align
         if isinstance(align, bool) or not isinstance(align, int) or align < 1:
             raise ValueError(f"scale_cols_align must be a positive int, got {self.scale_cols_align!r}")

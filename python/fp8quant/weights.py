@@ -36,7 +36,7 @@ def _reference(w: torch.Tensor, block_n: int, block_k: int, ue8m0: bool, eps: fl
     return reference.per_block_quant(w, (block_n, block_k), ue8m0=ue8m0, eps=eps)
 
 
-_block_quant = Op("per_block_quant", ("q", "scale"), geometry=_geometry, launch=_launch, reference=_reference)
+_block_quant = Op("per_block_quant", ("q", "scale"), _geometry, _launch, _reference)
 
 
 def per_block_quant(
@@ -91,10 +91,7 @@ def _requantize_reference(w: torch.Tensor, w_scale: torch.Tensor, block_n: int, 
     return reference.requantize_ue8m0(w, w_scale, (block_n, block_k), eps=eps)
 
 
-_requantize = Op(
-    "requantize_ue8m0", ("q", "scale"), geometry=_requantize_geometry, launch=_requantize_launch,
-    reference=_requantize_reference,
-)  # fmt: skip
+_requantize = Op("requantize_ue8m0", ("q", "scale"), _requantize_geometry, _requantize_launch, _requantize_reference)
 
 
 def requantize_ue8m0(

@@ -26,9 +26,11 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
 
 }  // namespace fp8quant
 
-#define FP8QUANT_DISPATCH_CASE_(value, ...) \
-  case value: {                             \
-    __VA_ARGS__                             \
+// One case: `label` runs the body with `name` bound to the compile-time `value`.
+#define FP8QUANT_DISPATCH_CASE_(label, name, value, ...) \
+  case label: {                                          \
+    constexpr auto name = value;                         \
+    return __VA_ARGS__();                                \
   }
 
 #define FP8QUANT_DISPATCH_DEFAULT_(arg, value) \
@@ -36,40 +38,46 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
     return ::fp8quant::no_kernel_for(arg, static_cast<int64_t>(value));
 
 // x_dtype -> T (float, __half or __nv_bfloat16)
-#define FP8QUANT_DISPATCH_DTYPE(dtype, T, ...)                                                         \
-  [&]() -> fp8quant_status_t {                                                                         \
-    switch (dtype) {                                                                                   \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_BFLOAT16, using T = __nv_bfloat16; return __VA_ARGS__();) \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT16, using T = __half; return __VA_ARGS__();)         \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_DTYPE_FLOAT32, using T = float; return __VA_ARGS__();)          \
-      FP8QUANT_DISPATCH_DEFAULT_("x_dtype", dtype)                                                     \
-    }                                                                                                  \
+#define FP8QUANT_DISPATCH_DTYPE(dtype, T, ...)       \
+  [&]() -> fp8quant_status_t {                       \
+    switch (dtype) {                                 \
+      case FP8QUANT_DTYPE_BFLOAT16: {                \
+        using T = __nv_bfloat16;                     \
+        return __VA_ARGS__();                        \
+      }                                              \
+      case FP8QUANT_DTYPE_FLOAT16: {                 \
+        using T = __half;                            \
+        return __VA_ARGS__();                        \
+      }                                              \
+      case FP8QUANT_DTYPE_FLOAT32: {                 \
+        using T = float;                             \
+        return __VA_ARGS__();                        \
+      }                                              \
+        FP8QUANT_DISPATCH_DEFAULT_("x_dtype", dtype) \
+    }                                                \
   }()
 
 // group_size -> kGroupSize (32, 64 or 128)
-#define FP8QUANT_DISPATCH_GROUP_SIZE(group_size, kGroupSize, ...)                         \
-  [&]() -> fp8quant_status_t {                                                            \
-    switch (group_size) {                                                                 \
-      FP8QUANT_DISPATCH_CASE_(32, constexpr int kGroupSize = 32; return __VA_ARGS__();)   \
-      FP8QUANT_DISPATCH_CASE_(64, constexpr int kGroupSize = 64; return __VA_ARGS__();)   \
-      FP8QUANT_DISPATCH_CASE_(128, constexpr int kGroupSize = 128; return __VA_ARGS__();) \
-      FP8QUANT_DISPATCH_DEFAULT_("group_size", group_size)                                \
-    }                                                                                     \
+#define FP8QUANT_DISPATCH_GROUP_SIZE(group_size, kGroupSize, ...) \
+  [&]() -> fp8quant_status_t {                                    \
+    switch (group_size) {                                         \
+      FP8QUANT_DISPATCH_CASE_(32, kGroupSize, 32, __VA_ARGS__)    \
+      FP8QUANT_DISPATCH_CASE_(64, kGroupSize, 64, __VA_ARGS__)    \
+      FP8QUANT_DISPATCH_CASE_(128, kGroupSize, 128, __VA_ARGS__)  \
+      FP8QUANT_DISPATCH_DEFAULT_("group_size", group_size)        \
+    }                                                             \
   }()
 
 // scale_layout -> kOrder (its ScaleOrder: mn and mn_tma give the same one)
-#define FP8QUANT_DISPATCH_SCALE_ORDER(layout, kOrder, ...)                                                            \
-  [&]() -> fp8quant_status_t {                                                                                        \
-    switch (layout) {                                                                                                 \
-      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_ROW, constexpr auto kOrder = ::fp8quant::ScaleOrder::kRow;               \
-                              return __VA_ARGS__();)                                                                  \
-      case FP8QUANT_SCALE_MN:                                                                                         \
-        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_MN_TMA, constexpr auto kOrder = ::fp8quant::ScaleOrder::kColumn;       \
-                                return __VA_ARGS__();)                                                                \
-        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_PACKED_UE8M0, constexpr auto kOrder = ::fp8quant::ScaleOrder::kPacked; \
-                                return __VA_ARGS__();)                                                                \
-        FP8QUANT_DISPATCH_DEFAULT_("scale_layout", layout)                                                            \
-    }                                                                                                                 \
+#define FP8QUANT_DISPATCH_SCALE_ORDER(layout, kOrder, ...)                                                         \
+  [&]() -> fp8quant_status_t {                                                                                     \
+    switch (layout) {                                                                                              \
+      FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_ROW, kOrder, ::fp8quant::ScaleOrder::kRow, __VA_ARGS__)               \
+      case FP8QUANT_SCALE_MN:                                                                                      \
+        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_MN_TMA, kOrder, ::fp8quant::ScaleOrder::kColumn, __VA_ARGS__)       \
+        FP8QUANT_DISPATCH_CASE_(FP8QUANT_SCALE_PACKED_UE8M0, kOrder, ::fp8quant::ScaleOrder::kPacked, __VA_ARGS__) \
+        FP8QUANT_DISPATCH_DEFAULT_("scale_layout", layout)                                                         \
+    }                                                                                                              \
   }()
 
 #define FP8QUANT_DISPATCH_BOOL(value, kValue, ...) \
@@ -82,35 +90,41 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
     return __VA_ARGS__();                          \
   }()
 
+// scale_layout and ue8m0 -> kOrder and kUE8M0, for the scale formats that exist: packed scales are
+// UE8M0 only (the C API refuses the other pairing; here it is no_kernel_for("ue8m0")).
+#define FP8QUANT_DISPATCH_SCALE_FORMAT(layout, ue8m0, kOrder, kUE8M0, ...)  \
+  FP8QUANT_DISPATCH_SCALE_ORDER(layout, kOrder, [&] {                       \
+    return FP8QUANT_DISPATCH_BOOL(ue8m0, kUE8M0, [&] {                      \
+      if constexpr (kOrder == ::fp8quant::ScaleOrder::kPacked && !kUE8M0) { \
+        return ::fp8quant::no_kernel_for("ue8m0", 0);                       \
+      } else {                                                              \
+        return __VA_ARGS__();                                               \
+      }                                                                     \
+    });                                                                     \
+  })
+
 // ScaleTransformProblem::op -> kOp
-#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                  \
-  [&]() -> fp8quant_status_t {                                                           \
-    switch (op) {                                                                        \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert,                      \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kConvert; \
-                              return __VA_ARGS__();)                                     \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack,                         \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kPack;    \
-                              return __VA_ARGS__();)                                     \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack,                       \
-                              constexpr auto kOp = ::fp8quant::ScaleTransform::kUnpack;  \
-                              return __VA_ARGS__();)                                     \
-      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                               \
-    }                                                                                    \
+#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                                               \
+  [&]() -> fp8quant_status_t {                                                                                        \
+    switch (op) {                                                                                                     \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert, kOp, ::fp8quant::ScaleTransform::kConvert,        \
+                              __VA_ARGS__)                                                                            \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack, kOp, ::fp8quant::ScaleTransform::kPack, __VA_ARGS__) \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack, kOp, ::fp8quant::ScaleTransform::kUnpack,          \
+                              __VA_ARGS__)                                                                            \
+      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                                                            \
+    }                                                                                                                 \
   }()
 
 // QuantProblem::source -> kSource
-#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                                           \
-  [&]() -> fp8quant_status_t {                                                                                         \
-    switch (source) {                                                                                                  \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows, constexpr auto kSource = ::fp8quant::QuantSource::kRows; \
-                              return __VA_ARGS__();)                                                                   \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul,                                                       \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kSiluMul;                              \
-                              return __VA_ARGS__();)                                                                   \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter,                                                       \
-                              constexpr auto kSource = ::fp8quant::QuantSource::kScatter;                              \
-                              return __VA_ARGS__();)                                                                   \
-      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                                                     \
-    }                                                                                                                  \
+#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                                        \
+  [&]() -> fp8quant_status_t {                                                                                      \
+    switch (source) {                                                                                               \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows, kSource, ::fp8quant::QuantSource::kRows, __VA_ARGS__) \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul, kSource, ::fp8quant::QuantSource::kSiluMul,        \
+                              __VA_ARGS__)                                                                          \
+      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter, kSource, ::fp8quant::QuantSource::kScatter,        \
+                              __VA_ARGS__)                                                                          \
+      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                                                  \
+    }                                                                                                               \
   }()

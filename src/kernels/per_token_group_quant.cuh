@@ -296,25 +296,18 @@ int block_threads(const QuantProblem& p) {
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
 template <class Arch, typename T, int kGroupSize, QuantSource kSource>
 fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stream) {
-  return FP8QUANT_DISPATCH_SCALE_ORDER(problem.layout, kOrder, [&] {
-    return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
-      return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
-        if constexpr (kOrder == ScaleOrder::kPacked && !kUE8M0) {
-          return no_kernel_for("ue8m0", 0);  // packed scales are UE8M0: the C API refuses this
-        } else {
-          constexpr int kTeam = kGroupSize / kElemsPerThread;
-          constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
-          problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
-          const int threads = block_threads<Arch, kTeam>(problem);
-          const int teams_per_block = threads / kTeam;
-          problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
-          problem.pad_chunks = (scale_columns<kOrder>(problem) + kPadColumns - 1) / kPadColumns;
-          const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
-          const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
-          return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl),
-                            "kernel launch");
-        }
-      });
+  return FP8QUANT_DISPATCH_SCALE_FORMAT(problem.layout, problem.ue8m0, kOrder, kUE8M0, [&] {
+    return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+      constexpr int kTeam = kGroupSize / kElemsPerThread;
+      constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
+      problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
+      const int threads = block_threads<Arch, kTeam>(problem);
+      const int teams_per_block = threads / kTeam;
+      problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
+      problem.pad_chunks = (scale_columns<kOrder>(problem) + kPadColumns - 1) / kPadColumns;
+      const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
+      const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
+      return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });
   });
 }

@@ -141,14 +141,8 @@ fp8quant_status_t launch_rms_norm(const NormProblem& problem, cudaStream_t strea
           return launch_rms_norm_as<Arch, T, kResidual, false, 128, ScaleOrder::kRow, false>(problem, stream);
         }
         return FP8QUANT_DISPATCH_GROUP_SIZE(problem.group_size, kGroupSize, [&] {
-          return FP8QUANT_DISPATCH_SCALE_ORDER(problem.layout, kOrder, [&] {
-            return FP8QUANT_DISPATCH_BOOL(problem.ue8m0, kUE8M0, [&] {
-              if constexpr (kOrder == ScaleOrder::kPacked && !kUE8M0) {
-                return no_kernel_for("ue8m0", 0);  // packed scales are UE8M0: the C API refuses this
-              } else {
-                return launch_rms_norm_as<Arch, T, kResidual, true, kGroupSize, kOrder, kUE8M0>(problem, stream);
-              }
-            });
+          return FP8QUANT_DISPATCH_SCALE_FORMAT(problem.layout, problem.ue8m0, kOrder, kUE8M0, [&] {
+            return launch_rms_norm_as<Arch, T, kResidual, true, kGroupSize, kOrder, kUE8M0>(problem, stream);
           });
         });
       });

@@ -38,7 +38,7 @@ def _launch(*args):
     raise AssertionError("the CPU path never launches")
 
 
-TOY = Op("toy", ("y", "s"), geometry=_geometry, launch=_launch, reference=_reference, namespace="fp8quant_test")
+TOY = Op("toy", ("y", "s"), _geometry, _launch, _reference, namespace="fp8quant_test")
 
 
 def x_of(m: int = 5, k: int = 8, seed: int = 0) -> torch.Tensor:

@@ -8,12 +8,23 @@ each mode takes, and the dispatch to the mode's ``run_*``."""
 from __future__ import annotations
 
 import argparse
+import importlib
 
 import torch
 
 from .._checks import GROUP_SIZES
 from .quant import LAYOUTS_CPU, M_BASELINE, M_CPU_QUICK, format_names, run_cpu, run_gpu
 from .timing import DTYPES, K_MAIN, K_OTHER, M_QUICK, M_QUICK_OTHER, REPLAYS, ROTATION_BYTES, emit, parse_list
+
+#: The modes other than the default one: (module of this package, its run function)
+RUNNERS = {
+    "weights": ("weights", "run_weights"),
+    "gemm": ("gemm", "run_gemm"),
+    "moe": ("moe", "run_moe"),
+    "norm": ("norm", "run_norm"),
+    "host_overhead": ("host", "run_host"),
+    "model": ("model", "run_model"),
+}
 
 __all__ = ["DESCRIPTION", "MODE_OPTIONS", "OPTIONS", "add_arguments", "epilog", "flag", "main"]
 
@@ -215,28 +226,7 @@ def main(args: argparse.Namespace) -> int:
     args.dtype = args.dtype or "bf16"
     args.baselines = args.baselines or "default"
     args.rotation_mib = ROTATION_BYTES >> 20 if args.rotation_mib is None else args.rotation_mib
-    if mode == "weights":
-        from .weights import run_weights  # noqa: PLC0415
-
-        return run_weights(args)
-    if mode == "gemm":
-        from .gemm import run_gemm  # noqa: PLC0415
-
-        return run_gemm(args)
-    if mode == "moe":
-        from .moe import run_moe  # noqa: PLC0415
-
-        return run_moe(args)
-    if mode == "norm":
-        from .norm import run_norm  # noqa: PLC0415
-
-        return run_norm(args)
-    if mode == "host_overhead":
-        from .host import run_host  # noqa: PLC0415
-
-        return run_host(args)
-    if mode == "model":
-        from .model import run_model  # noqa: PLC0415
-
-        return run_model(args)
+    if mode in RUNNERS:  # imported on use: a mode's module may need more than this one
+        module, runner = RUNNERS[mode]
+        return getattr(importlib.import_module(f".{module}", __package__), runner)(args)
     return emit(run_cpu(args) if cpu else run_gpu(args), args)
