@@ -17,7 +17,7 @@ fi
 echo "==> installing build and test requirements"
 python -m pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}" \
   numpy "pytest>=8" "hypothesis>=6" "cmake>=3.31" "ninja>=1.11" "nanobind>=2.4" "scikit-build-core>=0.10" \
-  "transformers>=5.17,<5.18"
+  "transformers>=5.17,<5.18" "torchao>=0.18,<0.19"
 
 echo "==> building and installing fp8quant"
 python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

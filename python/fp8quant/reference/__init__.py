@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._core import FP8_MAX, dequantize_blocks, dequantize_groups, quantize_groups, ue8m0_round_up
 from .moe import moe_combine, moe_dispatch_quant, moe_routing, moe_scatter_quant, silu_and_mul, silu_mul_quant
+from .mx import mxfp8_dequant, mxfp8_quant
 from .norm import inverse_rms, rms_norm, rms_norm_quant, sum_of_squares
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .quant import per_token_group_quant
@@ -25,6 +26,8 @@ __all__ = [
     "moe_dispatch_quant",
     "moe_routing",
     "moe_scatter_quant",
+    "mxfp8_dequant",
+    "mxfp8_quant",
     "pack_ue8m0",
     "per_block_quant",
     "per_token_group_quant",
