@@ -12,6 +12,7 @@ from ._core import FP8_MAX, dequantize_blocks, dequantize_groups, quantize_group
 from .moe import moe_combine, moe_dispatch_quant, moe_routing, moe_scatter_quant, silu_and_mul, silu_mul_quant
 from .mx import mxfp8_dequant, mxfp8_quant
 from .norm import inverse_rms, rms_norm, rms_norm_quant, sum_of_squares
+from .nvfp4 import nvfp4_dequant, nvfp4_global_scale, nvfp4_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .quant import per_token_group_quant
 from .weights import per_block_quant, requantize_ue8m0
@@ -28,6 +29,9 @@ __all__ = [
     "moe_scatter_quant",
     "mxfp8_dequant",
     "mxfp8_quant",
+    "nvfp4_dequant",
+    "nvfp4_global_scale",
+    "nvfp4_quant",
     "pack_ue8m0",
     "per_block_quant",
     "per_token_group_quant",
