@@ -7,6 +7,7 @@
 
 #include "fp8quant/common.h"
 #include "fp8quant/moe.h"
+#include "fp8quant/mx.h"
 #include "fp8quant/norm.h"
 #include "fp8quant/pack.h"
 #include "fp8quant/quant.h"

@@ -42,6 +42,22 @@ __device__ __forceinline__ float finite_abs_max(const float (&v)[kN], float acc 
   return acc;
 }
 
+// MXFP8's E8M0 scale byte of a group whose finite amax is `amax` (docs/contract.md, "MXFP8").
+// RCEIL: the smallest power of two at or above d = RN(amax / 448), capped at 254 (a subnormal d
+// is byte 0 up to 2^-127 and 1 above; d = 0 is byte 0).
+__device__ __forceinline__ uint32_t e8m0_rceil(float amax) {
+  const uint32_t bits = __float_as_uint(math::scale_from_amax(amax));
+  const uint32_t exponent = bits >> 23;
+  if (exponent == 0u) return bits > math::kUE8M0SubnormalBits ? 1u : 0u;
+  return min(exponent + ((bits & 0x7FFFFFu) != 0u), 254u);
+}
+
+// FLOOR (the OCP MX specification's): exponent(amax) - exponent(448), clamped to [0, 254].
+__device__ __forceinline__ uint32_t e8m0_floor(float amax) {
+  const int exponent = static_cast<int>(__float_as_uint(amax) >> 23);
+  return static_cast<uint32_t>(min(max(exponent - 8, 0), 254));
+}
+
 // Four elements divided by the group's scale (math::with_divide's `divide`) to four e4m3 bytes,
 // low element first.
 template <typename Divide>

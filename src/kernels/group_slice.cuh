@@ -93,17 +93,26 @@ struct QuantizedSlice {
   uint32_t e;
 };
 
+// The amax of the group a team of kTeam lanes holds, over its finite elements: NaN is dropped,
+// and a group holding ±inf (rare; has_inf) is reduced again without them. v gets the slice
+// widened. Every lane of the warp calls it.
+template <typename T, int kTeam>
+__device__ __forceinline__ float team_finite_amax(const Slice<T>& slice, float (&v)[kElemsPerThread], bool& has_inf) {
+  float amax = warp_reduce<kTeam>(math::abs_max<T>(slice.w), MaxOp{});
+  unpack_slice(slice, v);
+  has_inf = amax == INFINITY;
+  if (__any_sync(kFullMask, has_inf)) amax = warp_reduce<kTeam>(finite_abs_max(v), MaxOp{});
+  return amax;
+}
+
 // Quantize the slice of each lane, a team of kTeam lanes holding one group (every lane of the
 // warp calls it).
 template <typename T, int kTeam, bool kUE8M0>
 __device__ __forceinline__ QuantizedSlice<kUE8M0> quantize_slice(const Slice<T>& slice, float eps) {
-  // Reduce amax: NaN is dropped; a group holding ±inf (rare) is reduced again without them
-  float amax = warp_reduce<kTeam>(math::abs_max<T>(slice.w), MaxOp{});
+  // Reduce amax
   float v[kElemsPerThread];
-  unpack_slice(slice, v);
-  const bool has_inf = amax == INFINITY;
-  if (__any_sync(kFullMask, has_inf)) amax = warp_reduce<kTeam>(finite_abs_max(v), MaxOp{});
-  amax = fmaxf(amax, eps);
+  bool has_inf;
+  const float amax = fmaxf(team_finite_amax<T, kTeam>(slice, v, has_inf), eps);
 
   // Scale
   const GroupScale<kUE8M0> scale = group_scale<kUE8M0>(amax);
@@ -118,6 +127,30 @@ __device__ __forceinline__ QuantizedSlice<kUE8M0> quantize_slice(const Slice<T>&
 
   result.s = scale.s;
   result.e = scale.e;
+  return result;
+}
+
+// MXFP8: quantize the slice of each lane with its group's E8M0 scale (docs/contract.md, "MXFP8";
+// no epsilon: an all-zero group gets byte 0), the recipe RCEIL or, with kFloor, FLOOR. Returns
+// the e4m3 words and the byte e; the division by 2^(e - 127) is a multiply by its exact
+// reciprocal. Every lane of the warp calls it.
+template <typename T, int kTeam, bool kFloor>
+__device__ __forceinline__ QuantizedSlice<true> quantize_slice_e8m0(const Slice<T>& slice) {
+  // Reduce amax
+  float v[kElemsPerThread];
+  bool has_inf;
+  const float amax = team_finite_amax<T, kTeam>(slice, v, has_inf);
+
+  // Scale byte
+  QuantizedSlice<true> result;
+  result.e = kFloor ? e8m0_floor(amax) : e8m0_rceil(amax);
+  result.s = 0.0f;  // unused: MXFP8 stores the byte
+
+  // Quantize
+  const float inv = math::ue8m0_reciprocal(result.e);
+  const auto divide = [inv](float x) { return x * inv; };
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread / 4; ++i) result.q[i] = quantize4(divide, &v[4 * i]);
   return result;
 }
 

@@ -42,6 +42,7 @@ WORD_POISON = 0x7FC0DEAD  # a NaN as float32; never a valid scale or packed word
 
 _BITS_DTYPE = {
     FP8: torch.uint8,
+    torch.float8_e8m0fnu: torch.uint8,
     torch.uint8: torch.uint8,
     torch.float32: torch.int32,
     torch.int32: torch.int32,

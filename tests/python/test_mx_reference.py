@@ -67,7 +67,7 @@ def test_elements_by_hand():
     canonical NaN byte; inf is not in amax and saturates to 448; an all-zero group gets byte 0."""
     x = torch.zeros(2, 32, dtype=F32)
     x[0, :6] = torch.tensor([448.0, -447.0, 1.0625, float("nan"), float("inf"), 0.5])
-    q, s = mx.mxfp8_quant(x)
+    q, s = mx.mxfp8_quant(x, scale_layout="row")
     assert s.view(torch.uint8).tolist() == [[127], [0]]
     b = q.view(torch.uint8)
     assert b[0, :6].tolist() == [0x7E, 0xFE, 0x38, 0x7F, 0x7E, 0x30]
@@ -148,7 +148,7 @@ def test_bit_exact_with_torchao(torchao_mx, recipe, dtype):
     if dtype == torch.float32:  # keep amax / 448 off exact powers of two's next floats
         x = x.to(torch.bfloat16).to(F32)
     s_ref, q_ref = mx_tensor.to_mx(x, torch.float8_e4m3fn, 32, _torchao_mode(mx_tensor, recipe))
-    q, s = mx.mxfp8_quant(x, recipe=recipe)
+    q, s = mx.mxfp8_quant(x, recipe=recipe, scale_layout="row")
     assert torch.equal(s.view(torch.uint8), s_ref.view(torch.uint8))
     assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
 
@@ -168,7 +168,7 @@ def test_torchao_rceil_departure_on_float32(torchao_mx):
     x = torch.zeros(1, 32, dtype=F32)
     x[0, 0] = torch.tensor(448.0 * 1024, dtype=F32).view(torch.int32).add(1).view(F32)  # amax / 448 = 1024 + 1 ulp
     s_ref, _ = mx_tensor.to_mx(x, torch.float8_e4m3fn, 32, _torchao_mode(mx_tensor, "rceil"))
-    _, s = mx.mxfp8_quant(x)
+    _, s = mx.mxfp8_quant(x, scale_layout="row")
     assert s.view(torch.uint8).item() == 138
     assert s_ref.view(torch.uint8).item() == 137
 
@@ -186,7 +186,7 @@ def test_torchao_departures_at_the_edges(torchao_mx):
     x[1, :2] = torch.tensor([float("inf"), 1.0])
     x[2, :2] = torch.tensor([float("nan"), 1.0])
     s_ref, q_ref = mx_tensor.to_mx(x, torch.float8_e4m3fn, 32, floor)
-    q, s = mx.mxfp8_quant(x, recipe="floor")
+    q, s = mx.mxfp8_quant(x, recipe="floor", scale_layout="row")
     assert s.view(torch.uint8).flatten().tolist() == [0, 119, 119]  # amax 1: 2^(0 - 8)
     assert s_ref.view(torch.uint8).flatten().tolist() == [0, 247, 255]
     assert q.float()[0, 0].item() == 2.0**-8 and q_ref.float()[0, 0].item() == 2.0**-9

@@ -8,7 +8,8 @@ access lands outside it:
 Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the unaligned path,
 the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, requantization, and
 every scale transform (layouts, pack, unpack, SM100 weight scales, batched), the MoE combine
-(dropped slots, unaligned H) and routing (bounds too small included), with programmatic
+(dropped slots, unaligned H) and routing (bounds too small included), MXFP8 (both recipes and
+layouts, 3-D and unaligned), with programmatic
 dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
@@ -104,8 +105,19 @@ def run_cases() -> tuple[int, int]:
     ):
         failures += not check_norm(m, h, layout, residual, gen)
         cases += 1
+    for shape, recipe, layout in (((1, 32), "rceil", "swizzled"), ((129, 96), "floor", "swizzled"),
+                                  ((3, 5, 64), "rceil", "row"), ((7, 1 + 256), "floor", "row")):  # fmt: skip
+        x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+        failures += not check_mx(x[..., 1:] if shape[-1] % 32 else x, recipe, layout)
+        cases += 1
     torch.cuda.synchronize()
     return cases, failures
+
+
+def check_mx(x: torch.Tensor, recipe: str, layout: str) -> bool:
+    got = fp8quant.mxfp8_quant(x, recipe=recipe, scale_layout=layout)
+    ref = fp8quant.reference.mxfp8_quant(x, recipe=recipe, scale_layout=layout)
+    return all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, ref))
 
 
 def check_weights(w: torch.Tensor, ue8m0: bool) -> bool:

@@ -100,12 +100,12 @@ def from_swizzled(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def mxfp8_quant(
-    x: torch.Tensor, *, recipe: str = "rceil", scale_layout: str = "row"
+    x: torch.Tensor, *, recipe: str = "rceil", scale_layout: str = "swizzled"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP8 quantization of ``x [..., M, K]`` (bf16, fp16 or fp32; K a multiple of 32): returns
-    ``(q, scale)``, ``q`` float8_e4m3fn of x's shape, ``scale`` float8_e8m0fnu ``[..., M, K / 32]``
-    (``scale_layout="row"``) or its swizzled buffer ``[..., round_up(M, 128), round_up(K / 32, 4)]``
-    (``"swizzled"``). ``q = e4m3(x / 2^(e - 127))``, rounded to nearest even and saturated to
+    ``(q, scale)``, ``q`` float8_e4m3fn of x's shape, ``scale`` float8_e8m0fnu: the swizzled buffer
+    ``[..., round_up(M, 128), round_up(K / 32, 4)]`` (``scale_layout="swizzled"``, the default: what
+    the tensor cores read) or ``[..., M, K / 32]`` (``"row"``). ``q = e4m3(x / 2^(e - 127))``, rounded to nearest even and saturated to
     ±448; NaN stays NaN, ±inf become ±448."""
     if x.dim() < 2 or x.shape[-1] % MX_GROUP:
         raise ValueError(f"x must be [..., M, K] with K a multiple of {MX_GROUP}, got {tuple(x.shape)}")
@@ -120,7 +120,7 @@ def mxfp8_quant(
     return q, scale.view(torch.float8_e8m0fnu)
 
 
-def mxfp8_dequant(q: torch.Tensor, scale: torch.Tensor, *, scale_layout: str = "row") -> torch.Tensor:
+def mxfp8_dequant(q: torch.Tensor, scale: torch.Tensor, *, scale_layout: str = "swizzled") -> torch.Tensor:
     """float32 ``q * 2^(e - 127)`` of MXFP8 ``q [..., M, K]`` and its ``scale`` in ``scale_layout``."""
     rows, cols = q.shape[-2], q.shape[-1] // MX_GROUP
     e = scale.view(torch.uint8)

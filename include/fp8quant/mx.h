@@ -1,0 +1,86 @@
+/**
+ * @file mx.h
+ * @brief MXFP8 quantization: groups of 32 elements along each row, float8_e4m3fn values and one
+ *        E8M0 scale byte per group, in row-major order or in the swizzled layout Blackwell's
+ *        block-scaled tensor cores read (cuBLASLt, CUTLASS, `torch._scaled_mm`).
+ *
+ * Numerics (docs/contract.md, "MXFP8"): `amax` over the group's finite elements, no epsilon;
+ * the scale byte `e` by the recipe (RCEIL: the smallest power of two at or above
+ * `RN(amax / 448)`, capped at 254; FLOOR: `exponent(amax) - 8`, clamped to [0, 254]); then
+ * `q = saturate_e4m3(x / 2^(e - 127))` rounded to nearest even (NaN stays NaN).
+ */
+#ifndef FP8QUANT_MX_H_
+#define FP8QUANT_MX_H_
+
+#include "fp8quant/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Where the E8M0 scale bytes of a `[batch, m, k]` input go (`G = k / 32` groups per row). */
+typedef enum {
+  /** Row-major `[batch, m, G]`, `m * G` bytes per batch. */
+  FP8QUANT_MX_SCALE_ROW = 0,
+  /** Swizzled, per batch a buffer of `round_up(m, 128) * round_up(G, 4)` bytes: scale `(r, c)`
+   *  at byte `(r / 128) * ceil(G / 4) * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4
+   *  + c % 4`; every other byte is written as 0. */
+  FP8QUANT_MX_SCALE_SWIZZLED = 1,
+} fp8quant_mx_scale_layout_t;
+
+/** How a group's E8M0 scale byte follows from its amax. */
+typedef enum {
+  /** NVIDIA's: the smallest power of two at or above `RN(amax / 448)` (`cvt.rp.satfinite.ue8m0x2`). */
+  FP8QUANT_MX_RCEIL = 0,
+  /** The OCP MX specification's: `exponent(amax) - exponent(448)`. */
+  FP8QUANT_MX_FLOOR = 1,
+} fp8quant_mx_recipe_t;
+
+/**
+ * @brief Bytes of the scale buffer of a `[batch, m, k]` MXFP8 quantization in `scale_layout`.
+ *
+ * @param scale_layout  The layout.
+ * @param batch         Batches, >= 0.
+ * @param m             Rows per batch, >= 0.
+ * @param k             Elements per row, a positive multiple of 32.
+ * @param bytes         Output: the buffer's size in bytes.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch,
+                                                       int64_t m, int64_t k, int64_t* bytes);
+
+/**
+ * @brief Quantize `x [batch, m, k]` to MXFP8: `q` float8_e4m3fn like x, and one E8M0 byte per
+ *        group of 32 in `scale`.
+ *
+ * Work is enqueued on `stream` of the current device; pointers must be device memory of that
+ * device, and `q` and `scale` must not overlap each other or `x`. Arguments are validated first;
+ * with `batch == 0` or `m == 0`, nothing is launched. The kernel waits for the previous kernel in
+ * the stream before it touches global memory (programmatic dependent launch).
+ *
+ * @param x               Input, last dimension contiguous.
+ * @param x_dtype         Element type of `x`: bfloat16, float16 or float32.
+ * @param batch           Batches (experts; 1 for 2-D input), in [0, 65535].
+ * @param m               Rows per batch, >= 0.
+ * @param k               Elements per row, a positive multiple of 32.
+ * @param x_batch_stride  Elements between batches of `x`, >= 0.
+ * @param x_row_stride    Elements between rows of `x`, >= 0.
+ * @param q               Output float8_e4m3fn values, last dimension contiguous.
+ * @param q_batch_stride  Bytes between batches of `q`; batches must not overlap.
+ * @param q_row_stride    Bytes between rows of `q`, >= k.
+ * @param scale           Output scale bytes: the whole buffer of fp8quant_mx_scale_bytes(), batches
+ *                        one after another.
+ * @param scale_layout    Layout of `scale`.
+ * @param recipe          Scale recipe.
+ * @param stream          CUDA stream to enqueue on.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
+                                                    int64_t k, int64_t x_batch_stride, int64_t x_row_stride, void* q,
+                                                    int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                                    fp8quant_mx_scale_layout_t scale_layout,
+                                                    fp8quant_mx_recipe_t recipe, cudaStream_t stream);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // FP8QUANT_MX_H_

@@ -1,0 +1,12 @@
+// MXFP8 quantization for sm_90a (Hopper).
+#include "kernels/mx_quant.cuh"
+
+namespace fp8quant::sm90 {
+
+struct Arch {};
+
+fp8quant_status_t mxfp8_quant(const MxProblem& problem, cudaStream_t stream) {
+  return kernels::launch_mxfp8_quant<Arch>(problem, stream);
+}
+
+}  // namespace fp8quant::sm90

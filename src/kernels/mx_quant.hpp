@@ -1,0 +1,44 @@
+// Host-side description of one MXFP8 quantization, validated by the C API and handed to the
+// launcher of the device's architecture.
+#pragma once
+
+#include <cstdint>
+
+#include "common/arch.hpp"
+#include "common/fast_divisor.hpp"
+#include "fp8quant/mx.h"
+
+namespace fp8quant {
+
+constexpr int kMxGroup = 32;  // elements per MXFP8 group
+
+// Teams of two threads (16 elements each) take one scale slot (row r, group slot c) each, row
+// after row: rows [0, rows) and slots [0, slots) of each batch, where rows and slots are m and
+// num_groups (row layout) or their swizzled paddings round_up(m, 128) and round_up(num_groups, 4),
+// whose slots hold zero bytes.
+struct MxProblem {
+  const void* x;
+  void* q;
+  uint8_t* scale;
+  int64_t x_batch_stride;      // elements
+  int64_t x_row_stride;        // elements
+  int64_t q_batch_stride;      // bytes
+  int64_t q_row_stride;        // bytes
+  int64_t scale_batch_stride;  // bytes: rows * slots
+  int32_t batch;
+  int32_t m;
+  int32_t num_groups;
+  int32_t rows;
+  int32_t slots;
+  int32_t units;          // rows * slots: the teams of one batch
+  FastDivisor row_slots;  // slots
+  fp8quant_dtype_t dtype;
+  fp8quant_mx_scale_layout_t layout;
+  fp8quant_mx_recipe_t recipe;
+  bool aligned;  // x and q pointers and strides allow 16-byte accesses
+  bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
+};
+
+FP8QUANT_DECLARE_ARCH_ENTRIES(mxfp8_quant, MxProblem)
+
+}  // namespace fp8quant

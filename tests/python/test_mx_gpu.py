@@ -1,0 +1,108 @@
+"""GPU tests of ``fp8quant.mxfp8_quant``: the CUDA kernel must be bit-identical to
+``fp8quant.reference.mxfp8_quant`` (docs/contract.md, "MXFP8") on random data (never zeros),
+with out= buffers poisoned and guarded (every byte of the swizzled buffer's padding must be
+written, as 0), over the edge shapes (M in 1, 3, 4, 5, 127, 129, 4097, 70000; odd and even group
+counts), 3-D input, every dtype, both recipes and layouts, unaligned rows, special values, a
+non-default stream and CUDA-graph capture. Marked ``gpu``.
+
+Not yet run on a GPU (issue 28: written while the device time of the session was spent)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gpu_harness import check_graph, check_op, check_side_stream
+
+import fp8quant
+from fp8quant import reference
+from fp8quant.gemm import calc_diff
+from fp8quant.mx import _quant as MX
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+LAYOUTS = ("swizzled", "row")
+
+
+def make_input(shape, dtype, seed: int) -> torch.Tensor:
+    """Gaussian rows whose groups span many magnitudes (so scale bytes vary), a few specials."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, device="cuda", generator=gen)
+    x = x * torch.exp2(torch.randint(-20, 20, (*shape[:-1], shape[-1] // 32, 1), device="cuda", generator=gen)
+                       .float()).repeat_interleave(32, -1).view(shape)  # fmt: skip
+    return x.to(dtype)
+
+
+def check(x, recipe, layout):
+    refs = reference.mxfp8_quant(x, recipe=recipe, scale_layout=layout)
+    buffers = MX.buffers(x, recipe, layout)
+    check_op(lambda out=None: fp8quant.mxfp8_quant(x, recipe=recipe, scale_layout=layout, out=out), refs, buffers,
+             x=x)  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("recipe", fp8quant.MX_RECIPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 129, 4097])
+@pytest.mark.parametrize("k", [32, 96, 128, 7168])
+def test_bit_exact(m, k, dtype, recipe, layout):
+    check(make_input((m, k), dtype, m * k), recipe, layout)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_large_m(layout):
+    check(make_input((70000, 256), torch.bfloat16, 1), "rceil", layout)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("shape", [(3, 5, 96), (8, 129, 256), (1, 1, 32)])
+def test_batched(shape, layout):
+    check(make_input(shape, torch.bfloat16, 2), "rceil", layout)
+
+
+@pytest.mark.parametrize("recipe", fp8quant.MX_RECIPES)
+def test_special_values(recipe):
+    """NaN, ±inf, signed zeros, subnormals, all-zero groups, amax at 448 * 2^k and one ulp above,
+    the largest finite values."""
+    x = make_input((64, 256), torch.float32, 3)
+    x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40])
+    x[1, :32] = 0.0
+    x[2, 0] = 448.0 * 1024
+    x[3, 0] = torch.tensor(448.0 * 1024).view(torch.int32).add(1).view(torch.float32)
+    x[4, :32] = torch.finfo(torch.float32).max
+    x[5, :32] = 1e-42
+    check(x, recipe, "swizzled")
+    check(x.to(torch.bfloat16), recipe, "row")
+
+
+def test_unaligned_rows():
+    """Rows whose stride is not a multiple of 16 bytes take the element-wise path."""
+    base = make_input((33, 136), torch.bfloat16, 4)
+    x = base[:, 8:104]  # row stride 136 elements, start 16 bytes in: aligned
+    check(x, "rceil", "swizzled")
+    x = base[:, 1:97]  # start 2 bytes in: unaligned
+    check(x, "floor", "row")
+
+
+def test_side_stream_and_graph():
+    x = make_input((129, 256), torch.bfloat16, 5)
+    buffers = MX.buffers(x, "rceil", "swizzled")
+
+    def call(out=None):
+        return fp8quant.mxfp8_quant(x, out=out)
+
+    check_side_stream(call, reference.mxfp8_quant(x), buffers, x=x)
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    for variant in ("out", "allocate"):
+        check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
+                    lambda: reference.mxfp8_quant(x), buffers, variant=variant)  # fmt: skip
+
+
+def test_dequant_consumer():
+    """dequant(quant(x)) @ w against x @ w in bf16 (the consumer check available on the H200)."""
+    x = make_input((256, 1024), torch.bfloat16, 7)
+    w = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)
+    q, s = fp8quant.mxfp8_quant(x)
+    y = fp8quant.mxfp8_dequant(q, s).to(torch.bfloat16) @ w.T
+    ref = x @ w.T
+    assert calc_diff(y.float(), ref.float()) < 2e-3
