@@ -71,10 +71,12 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #   per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned;
     #   scale_transform: convert and unpack x (row, MN-major destination), pack (MN-major);
     #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place x (int32,
-    #   int64 ids); rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats)
+    #   int64 ids); rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats);
+    #   block_scaled_quant: 3 dtypes x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x (row, swizzled) x aligned
     counts=""
     for spec in per_token_group_quant_kernel:150 per_block_quant_kernel:14 scale_transform_kernel:5 \
-                moe_combine_kernel:6 "moe_(route|count|place)_kernel:6" rms_norm_kernel:64; do
+                moe_combine_kernel:6 "moe_(route|count|place)_kernel:6" rms_norm_kernel:64 \
+                block_scaled_quant_kernel:36; do
       family=${spec%:*} expected=${spec##*:}
       n=$(grep -cE "$family.*\.$arch\." <<<"$listing")
       [ "$n" -eq "$expected" ] || { echo "FAIL: $n $family for $arch, expected $expected"; exit 1; }

@@ -1,13 +1,17 @@
 /**
  * @file mx.h
- * @brief MXFP8 quantization: groups of 32 elements along each row, float8_e4m3fn values and one
- *        E8M0 scale byte per group, in row-major order or in the swizzled layout Blackwell's
- *        block-scaled tensor cores read (cuBLASLt, CUTLASS, `torch._scaled_mm`).
+ * @brief Block-scaled quantization for Blackwell's tensor cores, one scale byte per group in
+ *        row-major order or in the swizzled layout they read (cuBLASLt, CUTLASS,
+ *        `torch._scaled_mm`):
+ *        - MXFP8: groups of 32, float8_e4m3fn values, an E8M0 scale byte;
+ *        - NVFP4: groups of 16, e2m1 values two to a byte, an e4m3 scale byte, times a float32
+ *          encode scale per tensor or per batch.
  *
- * Numerics (docs/contract.md, "MXFP8"): `amax` over the group's finite elements, no epsilon;
- * the scale byte `e` by the recipe (RCEIL: the smallest power of two at or above
- * `RN(amax / 448)`, capped at 254; FLOOR: `exponent(amax) - 8`, clamped to [0, 254]); then
- * `q = saturate_e4m3(x / 2^(e - 127))` rounded to nearest even (NaN stays NaN).
+ * Numerics: docs/contract.md, "MXFP8" and "NVFP4". MXFP8: `amax` over the group's finite
+ * elements, no epsilon; the scale byte `e` by the recipe (RCEIL: the smallest power of two at or
+ * above `RN(amax / 448)`, capped at 254; FLOOR: `exponent(amax) - 8`, clamped to [0, 254]); then
+ * `q = saturate_e4m3(x / 2^(e - 127))` rounded to nearest even (NaN stays NaN). NVFP4, every
+ * division IEEE: `s = e4m3(RN(RN(amax / 6) * S))`, `q = e2m1(RN(x * RN(S / s)))` (0 when `s` is 0).
  */
 #ifndef FP8QUANT_MX_H_
 #define FP8QUANT_MX_H_
@@ -18,7 +22,8 @@
 extern "C" {
 #endif
 
-/** Where the E8M0 scale bytes of a `[batch, m, k]` input go (`G = k / 32` groups per row). */
+/** Where the scale bytes of a `[batch, m, k]` input go (`G` groups per row: `k / 32` for MXFP8,
+ *  `k / 16` for NVFP4). */
 typedef enum {
   /** Row-major `[batch, m, G]`, `m * G` bytes per batch. */
   FP8QUANT_MX_SCALE_ROW = 0,
@@ -37,16 +42,17 @@ typedef enum {
 } fp8quant_mx_recipe_t;
 
 /**
- * @brief Bytes of the scale buffer of a `[batch, m, k]` MXFP8 quantization in `scale_layout`.
+ * @brief Bytes of the scale buffer of `batch` matrices of `m` rows of `num_groups` groups in
+ *        `scale_layout`.
  *
  * @param scale_layout  The layout.
  * @param batch         Batches, >= 0.
  * @param m             Rows per batch, >= 0.
- * @param k             Elements per row, a positive multiple of 32.
+ * @param num_groups    Groups per row (`k / 32` for MXFP8, `k / 16` for NVFP4), >= 1.
  * @param bytes         Output: the buffer's size in bytes.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch,
-                                                       int64_t m, int64_t k, int64_t* bytes);
+                                                       int64_t m, int64_t num_groups, int64_t* bytes);
 
 /**
  * @brief Quantize `x [batch, m, k]` to MXFP8: `q` float8_e4m3fn like x, and one E8M0 byte per
@@ -78,6 +84,26 @@ FP8QUANT_API fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtyp
                                                     int64_t q_batch_stride, int64_t q_row_stride, void* scale,
                                                     fp8quant_mx_scale_layout_t scale_layout,
                                                     fp8quant_mx_recipe_t recipe, cudaStream_t stream);
+
+/**
+ * @brief Quantize `x [batch, m, k]` to NVFP4: `q` `[batch, m, k / 2]` bytes of two e2m1 codes
+ *        (element 2i in the low nibble of byte i), and one e4m3 scale byte per group of 16 in
+ *        `scale`, with the float32 encode scale `S` read from `global_scale` on the device.
+ *
+ * Arguments, rules and launch as for fp8quant_mxfp8_quant(), with `k` a positive multiple of 16,
+ * `q_row_stride >= k / 2`, and:
+ *
+ * @param global_scale            Device float32: `S` of the whole input, or of each batch when
+ *                                `global_scale_per_batch` is nonzero (`batch` of them; one per
+ *                                expert). 4-byte aligned; must not overlap `q` or `scale`.
+ *                                `448 * 6 / amax` is the canonical value.
+ * @param global_scale_per_batch  Nonzero: one encode scale per batch.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_nvfp4_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
+                                                    int64_t k, int64_t x_batch_stride, int64_t x_row_stride, void* q,
+                                                    int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                                    fp8quant_mx_scale_layout_t scale_layout, const float* global_scale,
+                                                    int global_scale_per_batch, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -95,6 +95,19 @@ void mxfp8_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// NVFP4 quantization through pointers and strides (fp8quant_nvfp4_quant); the encode scale on
+// the device (one, or one per batch).
+void nvfp4_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t k, int64_t x_batch_stride,
+                     int64_t x_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride, uintptr_t scale,
+                     int scale_layout, uintptr_t global_scale, bool per_batch, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_nvfp4_quant(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, k, x_batch_stride,
+      x_row_stride, reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale),
+      static_cast<fp8quant_mx_scale_layout_t>(scale_layout), reinterpret_cast<const float*>(global_scale),
+      per_batch ? 1 : 0, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // Requantization of an fp8 weight with power-of-two scales (fp8quant_requantize_ue8m0).
 void requantize_ue8m0_ptr(uintptr_t w, int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride,
                           int64_t w_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
@@ -309,6 +322,11 @@ NB_MODULE(_C, mod) {
           nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"), nb::arg("recipe"), nb::arg("stream"),
           "fp8quant_mxfp8_quant on device addresses (x, q, the whole scale buffer), strides in elements of x "
           "and bytes of q, and a CUDA stream address.");
+  mod.def("nvfp4_quant_ptr", &nvfp4_quant_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
+          nb::arg("k"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"), nb::arg("global_scale"),
+          nb::arg("per_batch"), nb::arg("stream"),
+          "fp8quant_nvfp4_quant on device addresses (x, q, the whole scale buffer, the float32 encode scales).");
   mod.def("requantize_ue8m0_ptr", &requantize_ue8m0_ptr, nb::arg("w"), nb::arg("batch"), nb::arg("n"),
           nb::arg("k"), nb::arg("w_batch_stride"), nb::arg("w_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
           nb::arg("q_row_stride"), nb::arg("w_scale"), nb::arg("scale"), nb::arg("block_n"),

@@ -27,7 +27,15 @@ from .gemm import (
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
 from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
-from .mx import MX_RECIPES, MX_SCALE_LAYOUTS, mxfp8_dequant, mxfp8_quant
+from .mx import (
+    MX_RECIPES,
+    MX_SCALE_LAYOUTS,
+    mxfp8_dequant,
+    mxfp8_quant,
+    nvfp4_dequant,
+    nvfp4_global_scale,
+    nvfp4_quant,
+)
 from .norm import rms_norm, rms_norm_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .quant import per_token_group_quant
@@ -67,6 +75,9 @@ __all__ = [
     "moe_routing",
     "mxfp8_dequant",
     "mxfp8_quant",
+    "nvfp4_dequant",
+    "nvfp4_global_scale",
+    "nvfp4_quant",
     "linear",
     "pack_ue8m0",
     "pdl_enabled",

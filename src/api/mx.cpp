@@ -1,5 +1,5 @@
-// C API of the MXFP8 quantization kernel: validate every argument, then dispatch on the device's
-// architecture.
+// C API of the block-scaled quantization kernel (MXFP8, NVFP4): validate every argument, then
+// dispatch on the device's architecture.
 #include "fp8quant/mx.h"
 
 #include <cstdint>
@@ -21,10 +21,6 @@ constexpr int64_t kMaxUnits = std::numeric_limits<int32_t>::max() - 4096;
 
 int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-bool is_mx_layout(fp8quant_mx_scale_layout_t layout) {
-  return layout == FP8QUANT_MX_SCALE_ROW || layout == FP8QUANT_MX_SCALE_SWIZZLED;
-}
-
 // The scale slots of one batch: (rows, slots), padding included; arguments already checked.
 void mx_slots(fp8quant_mx_scale_layout_t layout, int64_t m, int64_t num_groups, int64_t* rows, int64_t* slots) {
   const bool swizzled = layout == FP8QUANT_MX_SCALE_SWIZZLED;
@@ -32,63 +28,72 @@ void mx_slots(fp8quant_mx_scale_layout_t layout, int64_t m, int64_t num_groups, 
   *slots = swizzled ? align_up(num_groups, 4) : num_groups;
 }
 
-// The checks the two functions share: the layout, batch, m and k.
-fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t k) {
+// The checks every function here shares: the layout, batch, m and the groups per row.
+fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
+                                 int64_t num_groups) {
   using std::to_string;
-  FP8QUANT_CHECK_ARG(is_mx_layout(scale_layout), "scale_layout", "unknown MX scale layout " + to_string(scale_layout));
+  FP8QUANT_CHECK_ARG(scale_layout == FP8QUANT_MX_SCALE_ROW || scale_layout == FP8QUANT_MX_SCALE_SWIZZLED,
+                     "scale_layout", "unknown MX scale layout " + to_string(scale_layout));
   FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
                      "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
   FP8QUANT_CHECK_ARG(m >= 0 && m <= kMaxUnits, "m",
                      "must be in [0, " + to_string(kMaxUnits) + "], got " + to_string(m));
-  FP8QUANT_CHECK_ARG(k > 0 && k % fp8quant::kMxGroup == 0 && k / fp8quant::kMxGroup <= kMaxUnits, "k",
-                     "must be a positive multiple of " + to_string(fp8quant::kMxGroup) + ", got " + to_string(k));
   int64_t rows = 0, slots = 0;
-  mx_slots(scale_layout, m, k / fp8quant::kMxGroup, &rows, &slots);
+  mx_slots(scale_layout, m, num_groups, &rows, &slots);
   FP8QUANT_CHECK_ARG(rows * slots <= kMaxUnits, "m",
                      "one batch needs " + to_string(rows * slots) + " scale slots (" + to_string(rows) + " rows of " +
                          to_string(slots) + ", padding included), more than the limit of " + to_string(kMaxUnits));
   return FP8QUANT_SUCCESS;
 }
 
-}  // namespace
-
-extern "C" {
-
-fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t k,
-                                          int64_t* bytes) {
-  FP8QUANT_CHECK_ARG(bytes != nullptr, "bytes", "must not be null");
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, k));
-  int64_t rows = 0, slots = 0;
-  mx_slots(scale_layout, m, k / fp8quant::kMxGroup, &rows, &slots);
-  *bytes = batch * rows * slots;
+// k as a positive multiple of `group` with at most kMaxUnits groups.
+fp8quant_status_t check_k(int64_t k, int64_t group) {
+  using std::to_string;
+  FP8QUANT_CHECK_ARG(k > 0 && k % group == 0 && k / group <= kMaxUnits, "k",
+                     "must be a positive multiple of " + to_string(group) + ", got " + to_string(k));
   return FP8QUANT_SUCCESS;
 }
 
-fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
-                                       int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
-                                       int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
-                                       fp8quant_mx_recipe_t recipe, cudaStream_t stream) {
+// Validate and launch a block-scaled quantization of x [batch, m, k] in groups of `group` into
+// q (`q_per_elem` elements a byte) and the scale bytes; NVFP4 reads `global_scale`.
+fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+                                     int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                                     int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
+                                     fp8quant::BlockFormat format, const float* global_scale, int per_batch,
+                                     cudaStream_t stream) {
   using std::to_string;
+  const bool fp4 = format == fp8quant::BlockFormat::kNvfp4;
+  const int64_t group = fp4 ? fp8quant::kNvfp4Group : fp8quant::kMxGroup;
   const int64_t elem = dtype_size(x_dtype);
 
   // Values
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
                      "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
-  FP8QUANT_CHECK_ARG(recipe == FP8QUANT_MX_RCEIL || recipe == FP8QUANT_MX_FLOOR, "recipe",
-                     "unknown MX recipe " + to_string(recipe));
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, k));
+  FP8QUANT_RETURN_IF_ERROR(check_k(k, group));
+  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, k / group));
+  if (fp4) {
+    FP8QUANT_CHECK_ARG(global_scale != nullptr, "global_scale", "must not be null");
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(global_scale) % 4 == 0, "global_scale", "must be 4-byte aligned");
+  }
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Buffers, strides and spans; outputs share no byte with the input or with each other
-  const int64_t num_groups = k / fp8quant::kMxGroup;
+  // Buffers, strides and spans; outputs share no byte with the inputs or with each other (q is
+  // checked as k bytes a row, k / 2 for NVFP4's two elements a byte)
+  const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
   int64_t rows = 0, slots = 0;
   mx_slots(scale_layout, m, num_groups, &rows, &slots);
+  const int64_t scale_bytes = batch * rows * slots;
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, qs, scale, batch * rows * slots, batch, m, k));
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, batch, m, k, qs, scale, scale_bytes, batch, m, q_cols));
+  if (fp4) {
+    const int64_t gs_bytes = (per_batch ? batch : 1) * 4;
+    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "global_scale", global_scale, gs_bytes));
+    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "global_scale", global_scale, gs_bytes));
+  }
 
   // Strides that are never stepped over do not constrain the vectorized path
-  const int64_t x_vec = 16 / elem;  // elements in 16 bytes
+  const int64_t x_vec = 16 / elem, q_vec = fp4 ? 8 : 16;  // elements and bytes a thread moves at once
   fp8quant::MxProblem problem{};
   problem.x = x;
   problem.q = q;
@@ -107,11 +112,51 @@ fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, 
   problem.row_slots = fp8quant::FastDivisor(static_cast<uint32_t>(slots));
   problem.dtype = x_dtype;
   problem.layout = scale_layout;
-  problem.recipe = recipe;
-  problem.aligned = aligned16(x) && aligned16(q) && xs.row_stride % x_vec == 0 && xs.batch_stride % x_vec == 0 &&
-                    qs.row_stride % 16 == 0 && qs.batch_stride % 16 == 0;
+  problem.format = format;
+  problem.global_scale = global_scale;
+  problem.global_scale_stride = per_batch ? 1 : 0;
+  problem.aligned = aligned16(x) && reinterpret_cast<uintptr_t>(q) % q_vec == 0 && xs.row_stride % x_vec == 0 &&
+                    xs.batch_stride % x_vec == 0 && qs.row_stride % q_vec == 0 && qs.batch_stride % q_vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
-  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::mxfp8_quant, fp8quant::sm100::mxfp8_quant);
+  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,
+                                   fp8quant::sm100::block_scaled_quant);
+}
+
+}  // namespace
+
+extern "C" {
+
+fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
+                                          int64_t num_groups, int64_t* bytes) {
+  FP8QUANT_CHECK_ARG(bytes != nullptr, "bytes", "must not be null");
+  FP8QUANT_CHECK_ARG(num_groups > 0 && num_groups <= kMaxUnits, "num_groups",
+                     "must be in [1, " + std::to_string(kMaxUnits) + "], got " + std::to_string(num_groups));
+  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups));
+  int64_t rows = 0, slots = 0;
+  mx_slots(scale_layout, m, num_groups, &rows, &slots);
+  *bytes = batch * rows * slots;
+  return FP8QUANT_SUCCESS;
+}
+
+fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+                                       int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                                       int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
+                                       fp8quant_mx_recipe_t recipe, cudaStream_t stream) {
+  FP8QUANT_CHECK_ARG(recipe == FP8QUANT_MX_RCEIL || recipe == FP8QUANT_MX_FLOOR, "recipe",
+                     "unknown MX recipe " + std::to_string(recipe));
+  const auto format =
+      recipe == FP8QUANT_MX_FLOOR ? fp8quant::BlockFormat::kMxfp8Floor : fp8quant::BlockFormat::kMxfp8Rceil;
+  return block_scaled_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride, q_row_stride,
+                            scale, scale_layout, format, nullptr, 0, stream);
+}
+
+fp8quant_status_t fp8quant_nvfp4_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
+                                       int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
+                                       int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
+                                       const float* global_scale, int global_scale_per_batch, cudaStream_t stream) {
+  return block_scaled_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride, q_row_stride,
+                            scale, scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale,
+                            global_scale_per_batch != 0, stream);
 }
 
 }  // extern "C"

@@ -103,28 +103,27 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
     });                                                                     \
   })
 
-// ScaleTransformProblem::op -> kOp
-#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...)                                                               \
-  [&]() -> fp8quant_status_t {                                                                                        \
-    switch (op) {                                                                                                     \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kConvert, kOp, ::fp8quant::ScaleTransform::kConvert,        \
-                              __VA_ARGS__)                                                                            \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kPack, kOp, ::fp8quant::ScaleTransform::kPack, __VA_ARGS__) \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::ScaleTransform::kUnpack, kOp, ::fp8quant::ScaleTransform::kUnpack,          \
-                              __VA_ARGS__)                                                                            \
-      FP8QUANT_DISPATCH_DEFAULT_("op", op)                                                                            \
-    }                                                                                                                 \
+// A scoped enum of three values (Enum::a, Enum::b, Enum::c) -> the constant `name`; `arg` names
+// the argument in the refusal of any other value.
+#define FP8QUANT_DISPATCH_ENUM3_(value, arg, name, Enum, a, b, c, ...) \
+  [&]() -> fp8quant_status_t {                                         \
+    switch (value) {                                                   \
+      FP8QUANT_DISPATCH_CASE_(Enum::a, name, Enum::a, __VA_ARGS__)     \
+      FP8QUANT_DISPATCH_CASE_(Enum::b, name, Enum::b, __VA_ARGS__)     \
+      FP8QUANT_DISPATCH_CASE_(Enum::c, name, Enum::c, __VA_ARGS__)     \
+      FP8QUANT_DISPATCH_DEFAULT_(arg, static_cast<int>(value))         \
+    }                                                                  \
   }()
 
+// ScaleTransformProblem::op -> kOp
+#define FP8QUANT_DISPATCH_SCALE_TRANSFORM(op, kOp, ...) \
+  FP8QUANT_DISPATCH_ENUM3_(op, "op", kOp, ::fp8quant::ScaleTransform, kConvert, kPack, kUnpack, __VA_ARGS__)
+
 // QuantProblem::source -> kSource
-#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...)                                                        \
-  [&]() -> fp8quant_status_t {                                                                                      \
-    switch (source) {                                                                                               \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kRows, kSource, ::fp8quant::QuantSource::kRows, __VA_ARGS__) \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kSiluMul, kSource, ::fp8quant::QuantSource::kSiluMul,        \
-                              __VA_ARGS__)                                                                          \
-      FP8QUANT_DISPATCH_CASE_(::fp8quant::QuantSource::kScatter, kSource, ::fp8quant::QuantSource::kScatter,        \
-                              __VA_ARGS__)                                                                          \
-      FP8QUANT_DISPATCH_DEFAULT_("source", source)                                                                  \
-    }                                                                                                               \
-  }()
+#define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...) \
+  FP8QUANT_DISPATCH_ENUM3_(source, "source", kSource, ::fp8quant::QuantSource, kRows, kSiluMul, kScatter, __VA_ARGS__)
+
+// MxProblem::format -> kFormat
+#define FP8QUANT_DISPATCH_BLOCK_FORMAT(format, kFormat, ...)                                                     \
+  FP8QUANT_DISPATCH_ENUM3_(format, "format", kFormat, ::fp8quant::BlockFormat, kMxfp8Rceil, kMxfp8Floor, kNvfp4, \
+                           __VA_ARGS__)

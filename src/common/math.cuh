@@ -105,6 +105,24 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
 }
 
+// A float to its e4m3 byte (round to nearest even, saturating to ±448), and an e4m3 byte's
+// value, exactly.
+__device__ __forceinline__ uint32_t cvt_e4m3(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+__device__ __forceinline__ float e4m3_to_float(uint32_t byte) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(byte), __NV_E4M3)));
+}
+
+// The 4-bit e2m1 code of v (docs/contract.md, "NVFP4"): round to nearest even (ties go to the
+// even code: up at 0.75, 1.75 and 3.5, down at 0.25, 1.25, 2.5 and 5), saturating to ±6 (±inf
+// too); bit 3 is v's sign, zeros included; NaN becomes +6 (code 7). On the bit pattern, so that
+// sm_90a, which has no e2m1 conversion, writes the same bytes as sm_100a.
+__device__ __forceinline__ uint32_t e2m1_code(float v) {
+  const float a = fabsf(v);
+  uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  c |= (__float_as_uint(v) >> 28) & 0x8u;
+  return a == a ? c : 0x7u;
+}
+
 // Widen input elements to float.
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

@@ -3,6 +3,8 @@
 // run-time sizes, so they share one kernel instantiation.
 #pragma once
 
+#include <cstdint>
+
 #include "fp8quant/quant.h"
 
 namespace fp8quant {
@@ -31,6 +33,14 @@ enum class ScaleTransform {
   kConvert,  // fp32 -> fp32
   kPack,     // power-of-two fp32 -> four UE8M0 bytes per int32 word
   kUnpack,   // int32 words -> fp32
+};
+
+// The block-scaled formats of Blackwell's tensor cores (src/kernels/mx_quant.cuh;
+// docs/contract.md, "MXFP8" and "NVFP4").
+enum class BlockFormat : int32_t {
+  kMxfp8Rceil,  // e4m3 in groups of 32, E8M0 scale by RCEIL
+  kMxfp8Floor,  // the same, E8M0 scale by FLOOR
+  kNvfp4,       // e2m1 in groups of 16, e4m3 scale, float32 encode scale per tensor or batch
 };
 
 }  // namespace fp8quant

@@ -1,12 +1,12 @@
-// MXFP8 quantization for sm_90a (Hopper).
+// Block-scaled (MXFP8, NVFP4) quantization for sm_90a (Hopper).
 #include "kernels/mx_quant.cuh"
 
 namespace fp8quant::sm90 {
 
 struct Arch {};
 
-fp8quant_status_t mxfp8_quant(const MxProblem& problem, cudaStream_t stream) {
-  return kernels::launch_mxfp8_quant<Arch>(problem, stream);
+fp8quant_status_t block_scaled_quant(const MxProblem& problem, cudaStream_t stream) {
+  return kernels::launch_block_scaled_quant<Arch>(problem, stream);
 }
 
 }  // namespace fp8quant::sm90

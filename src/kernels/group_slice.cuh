@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
 
 #include "common/math.cuh"
@@ -151,6 +152,40 @@ __device__ __forceinline__ QuantizedSlice<true> quantize_slice_e8m0(const Slice<
   const auto divide = [inv](float x) { return x * inv; };
 #pragma unroll
   for (int i = 0; i < kElemsPerThread / 4; ++i) result.q[i] = quantize4(divide, &v[4 * i]);
+  return result;
+}
+
+// A slice quantized to NVFP4: its 16 e2m1 codes, eight to a word (element 2i in the low nibble
+// of byte i), and its group's e4m3 scale byte.
+struct Fp4Slice {
+  uint32_t q[kElemsPerThread / 8];
+  uint32_t s;
+};
+
+// NVFP4 (docs/contract.md, "NVFP4"): quantize the slice of each lane, one group of 16, with the
+// encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)), elements e2m1(RN(x * RN(S / s)))
+// (0 when s is 0), every division IEEE. Every lane of the warp calls it.
+template <typename T>
+__device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, float global_scale) {
+  // Reduce amax
+  float v[kElemsPerThread];
+  bool has_inf;
+  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
+
+  // Scale
+  Fp4Slice result;
+  result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
+  const float s = math::e4m3_to_float(result.s);
+  const float factor = s == 0.0f ? 0.0f : fminf(__fdiv_rn(global_scale, s), FLT_MAX);
+
+  // Quantize
+#pragma unroll
+  for (int w = 0; w < kElemsPerThread / 8; ++w) {
+    uint32_t word = 0u;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) word |= math::e2m1_code(__fmul_rn(v[8 * w + j], factor)) << (4 * j);
+    result.q[w] = word;
+  }
   return result;
 }
 

@@ -1,21 +1,23 @@
-// Host-side description of one MXFP8 quantization, validated by the C API and handed to the
-// launcher of the device's architecture.
+// Host-side description of one block-scaled quantization (MXFP8 or NVFP4), validated by the C
+// API and handed to the launcher of the device's architecture.
 #pragma once
 
 #include <cstdint>
 
 #include "common/arch.hpp"
 #include "common/fast_divisor.hpp"
+#include "common/scale_order.hpp"
 #include "fp8quant/mx.h"
 
 namespace fp8quant {
 
-constexpr int kMxGroup = 32;  // elements per MXFP8 group
+constexpr int kMxGroup = 32;     // elements per MXFP8 group
+constexpr int kNvfp4Group = 16;  // elements per NVFP4 group
 
-// Teams of two threads (16 elements each) take one scale slot (row r, group slot c) each, row
-// after row: rows [0, rows) and slots [0, slots) of each batch, where rows and slots are m and
-// num_groups (row layout) or their swizzled paddings round_up(m, 128) and round_up(num_groups, 4),
-// whose slots hold zero bytes.
+// Teams of threads (16 elements each: two a group for MXFP8, one for NVFP4) take one scale slot
+// (row r, group slot c) each, row after row: rows [0, rows) and slots [0, slots) of each batch,
+// where rows and slots are m and num_groups (row layout) or their swizzled paddings
+// round_up(m, 128) and round_up(num_groups, 4), whose slots hold zero bytes.
 struct MxProblem {
   const void* x;
   void* q;
@@ -23,7 +25,7 @@ struct MxProblem {
   int64_t x_batch_stride;      // elements
   int64_t x_row_stride;        // elements
   int64_t q_batch_stride;      // bytes
-  int64_t q_row_stride;        // bytes
+  int64_t q_row_stride;        // bytes (k for MXFP8, k / 2 for NVFP4 a row at least)
   int64_t scale_batch_stride;  // bytes: rows * slots
   int32_t batch;
   int32_t m;
@@ -34,11 +36,13 @@ struct MxProblem {
   FastDivisor row_slots;  // slots
   fp8quant_dtype_t dtype;
   fp8quant_mx_scale_layout_t layout;
-  fp8quant_mx_recipe_t recipe;
-  bool aligned;  // x and q pointers and strides allow 16-byte accesses
-  bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
+  BlockFormat format;
+  const float* global_scale;    // NVFP4: the encode scale of each batch (or of all), on the device
+  int64_t global_scale_stride;  // NVFP4: floats between batches' encode scales (0: one for all)
+  bool aligned;                 // x and q pointers and strides allow 16-byte accesses
+  bool pdl;                     // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-FP8QUANT_DECLARE_ARCH_ENTRIES(mxfp8_quant, MxProblem)
+FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, MxProblem)
 
 }  // namespace fp8quant

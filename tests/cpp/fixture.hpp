@@ -28,6 +28,22 @@ inline uint16_t bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// The fake input, output and scale addresses of the quantizers' calls.
+inline const void* const kFakeX = fake_address<const void>(1);
+inline void* const kFakeQ = fake_address<void>(2);
+inline void* const kFakeScale = fake_address<void>(3);
+
+// The arguments an activation quantizer's C function starts with, for x [batch, m, k] of bf16
+// and like-shaped q, on the fake addresses: x, its dtype and geometry, q and its strides, the scale.
+struct QuantArgs {
+  const void* x = kFakeX;
+  void* q = kFakeQ;
+  void* scale = kFakeScale;
+  fp8quant_dtype_t dtype = FP8QUANT_DTYPE_BFLOAT16;
+  int64_t batch = 1, m = 4, k = 256;
+  int64_t x_batch_stride = 0, x_row_stride = 256, q_batch_stride = 0, q_row_stride = 256;  // elements of x, bytes of q
+};
+
 // Free the device buffers of a launch check.
 template <typename... P>
 void free_all(P... ptrs) {

@@ -15,18 +15,13 @@ namespace {
 
 // Addresses far enough apart for the buffers of every call below, 256-byte aligned. Never
 // dereferenced by a failing call: validation fails (or M == 0 returns) before any device access.
-const void* const kX = fake_address<const void>(1);
-void* const kQ = fake_address<void>(2);
-void* const kScale = fake_address<void>(3);
+const void* const kX = kFakeX;
+void* const kQ = kFakeQ;
+void* const kScale = kFakeScale;
 
-// A well-formed call for 2-D bf16 input; each test breaks one argument.
-struct Call {
-  const void* x = kX;
-  fp8quant_dtype_t dtype = FP8QUANT_DTYPE_BFLOAT16;
-  int64_t batch = 1, m = 4, k = 256, x_batch_stride = 0, x_row_stride = 256;
-  void* q = kQ;
-  int64_t q_batch_stride = 0, q_row_stride = 256;
-  void* scale = kScale;
+// A well-formed call for 2-D bf16 input (x, q and scale at kX, kQ and kScale); each test breaks
+// one argument.
+struct Call : QuantArgs {
   fp8quant_scale_layout_t layout = FP8QUANT_SCALE_MN_TMA;
   int ue8m0 = 0;
   int64_t group_size = 128;

@@ -92,3 +92,53 @@ def test_c_api_refusals():
                         ("q_row_stride", 32)]:  # fmt: skip
         with pytest.raises(ValueError, match=rf"^{name}:"):
             c.mxfp8_quant_ptr(**(good | {name: value}))
+
+
+# --- NVFP4 ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", fp8quant.MX_SCALE_LAYOUTS)
+@pytest.mark.parametrize("shape", [(5, 96), (3, 7, 64)])
+def test_nvfp4_cpu_is_the_reference(shape, layout):
+    x = x_of(shape, torch.float32)
+    q, s, g = fp8quant.nvfp4_quant(x, scale_layout=layout)
+    q_ref, s_ref, g_ref = reference.nvfp4_quant(x, scale_layout=layout)
+    assert q.dtype == torch.uint8 and q.shape == (*shape[:-1], shape[-1] // 2) and s.dtype == torch.float8_e4m3fn
+    assert torch.equal(q, q_ref) and torch.equal(s.view(torch.uint8), s_ref.view(torch.uint8)) and torch.equal(g, g_ref)
+    back = fp8quant.nvfp4_dequant(q, s, g, scale_layout=layout)
+    assert ((back - x).norm() / x.norm()).item() < 0.15
+
+
+def test_nvfp4_per_expert_global_scale():
+    x = x_of((3, 5, 32), torch.bfloat16) * torch.tensor([1.0, 10.0, 0.1]).view(3, 1, 1).to(torch.bfloat16)
+    g = fp8quant.nvfp4_global_scale(x, per_batch=True)
+    q, s, used = fp8quant.nvfp4_quant(x, g)
+    assert used is g or torch.equal(used, g)
+    for e in range(3):
+        qe, se, _ = fp8quant.nvfp4_quant(x[e], g[e])
+        assert torch.equal(q[e], qe) and torch.equal(s[e].view(torch.uint8), se.view(torch.uint8))
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((torch.zeros(4, 24),), {}, ValueError, r"K=24\) must be a positive multiple of 16"),
+        ((torch.zeros(4, 32), torch.tensor([1.0, 2.0])), {}, ValueError, r"global_scale must be a float32 tensor \[\]"),
+        ((torch.zeros(4, 32), torch.tensor(1.0, dtype=torch.float64)), {}, ValueError, "global_scale must be"),
+        ((torch.zeros(2, 4, 32), torch.ones(3)), {}, ValueError, r"\[\] or \[2\]"),
+        ((torch.zeros(4, 32),), {"scale_layout": "mn"}, ValueError, "scale_layout must be one of"),
+    ],
+)
+def test_nvfp4_refusals(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fp8quant.nvfp4_quant(*args, **kwargs)
+
+
+def test_nvfp4_c_api_refusals():
+    c = _c()
+    good = dict(x=1 << 20, x_dtype=2, batch=1, m=4, k=64, x_batch_stride=0, x_row_stride=64, q=2 << 20,
+                q_batch_stride=0, q_row_stride=32, scale=3 << 20, scale_layout=1, global_scale=4 << 20,
+                per_batch=False, stream=0)  # fmt: skip
+    for name, value in [("k", 40), ("global_scale", 0), ("q_row_stride", 31), ("scale_layout", 3)]:
+        with pytest.raises(ValueError, match=rf"^{name}:"):
+            c.nvfp4_quant_ptr(**(good | {name: value}))

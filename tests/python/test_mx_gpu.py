@@ -1,11 +1,13 @@
-"""GPU tests of ``fp8quant.mxfp8_quant``: the CUDA kernel must be bit-identical to
-``fp8quant.reference.mxfp8_quant`` (docs/contract.md, "MXFP8") on random data (never zeros),
+"""GPU tests of ``fp8quant.mxfp8_quant`` and ``fp8quant.nvfp4_quant``: the CUDA kernel must be
+bit-identical to ``fp8quant.reference`` (docs/contract.md, "MXFP8", "NVFP4") on random data (never zeros),
 with out= buffers poisoned and guarded (every byte of the swizzled buffer's padding must be
 written, as 0), over the edge shapes (M in 1, 3, 4, 5, 127, 129, 4097, 70000; odd and even group
 counts), 3-D input, every dtype, both recipes and layouts, unaligned rows, special values, a
 non-default stream and CUDA-graph capture. Marked ``gpu``.
 
-Not yet run on a GPU (issue 28: written while the device time of the session was spent)."""
+NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
+group scales). Not yet run on a GPU (issue 28: written after the session's device time was
+spent)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from gpu_harness import check_graph, check_op, check_side_stream
 import fp8quant
 from fp8quant import reference
 from fp8quant.gemm import calc_diff
+from fp8quant.mx import _fp4 as FP4
 from fp8quant.mx import _quant as MX
 
 pytestmark = pytest.mark.gpu
@@ -28,8 +31,8 @@ def make_input(shape, dtype, seed: int) -> torch.Tensor:
     """Gaussian rows whose groups span many magnitudes (so scale bytes vary), a few specials."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(shape, device="cuda", generator=gen)
-    x = x * torch.exp2(torch.randint(-20, 20, (*shape[:-1], shape[-1] // 32, 1), device="cuda", generator=gen)
-                       .float()).repeat_interleave(32, -1).view(shape)  # fmt: skip
+    x = x * torch.exp2(torch.randint(-20, 20, (*shape[:-1], shape[-1] // 16, 1), device="cuda", generator=gen)
+                       .float()).repeat_interleave(16, -1).view(shape)  # fmt: skip
     return x.to(dtype)
 
 
@@ -106,3 +109,61 @@ def test_dequant_consumer():
     y = fp8quant.mxfp8_dequant(q, s).to(torch.bfloat16) @ w.T
     ref = x @ w.T
     assert calc_diff(y.float(), ref.float()) < 2e-3
+
+
+# --- NVFP4 ----------------------------------------------------------------------------------------
+
+
+def check_fp4(x, layout, global_scale=None):
+    g = fp8quant.nvfp4_global_scale(x) if global_scale is None else global_scale
+    refs = reference.nvfp4_quant(x, g, scale_layout=layout)[:2]
+    buffers = FP4.buffers(x, g, layout)
+    check_op(lambda out=None: fp8quant.nvfp4_quant(x, g, scale_layout=layout, out=out)[:2], refs, buffers, x=x)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 129, 4097])
+@pytest.mark.parametrize("k", [16, 48, 128, 7168])
+def test_nvfp4_bit_exact(m, k, dtype, layout):
+    check_fp4(make_input((m, k), dtype, m + k), layout)
+
+
+def test_nvfp4_large_m_and_experts():
+    check_fp4(make_input((70000, 256), torch.bfloat16, 8), "swizzled")
+    x = make_input((8, 129, 256), torch.bfloat16, 9)
+    check_fp4(x, "swizzled", fp8quant.nvfp4_global_scale(x, per_batch=True))
+    check_fp4(x, "row", torch.tensor(3.0, device="cuda"))
+
+
+def test_nvfp4_special_values():
+    x = make_input((64, 256), torch.float32, 10)
+    x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40])
+    x[1, :16] = 0.0
+    x[2, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2) * 1e-3
+    check_fp4(x, "swizzled")
+    check_fp4(x.to(torch.bfloat16), "row", torch.tensor(1e30, device="cuda"))  # scales saturate at 448
+
+
+def test_nvfp4_unaligned_side_stream_and_graph():
+    base = make_input((33, 136), torch.bfloat16, 11)
+    check_fp4(base[:, 1:97], "row")
+    x = make_input((129, 256), torch.bfloat16, 12)
+    g = fp8quant.nvfp4_global_scale(x)
+    buffers = FP4.buffers(x, g, "swizzled")
+
+    def call(out=None):
+        return fp8quant.nvfp4_quant(x, g, out=out)[:2]
+
+    check_side_stream(call, reference.nvfp4_quant(x, g)[:2], buffers, x=x)
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    for variant in ("out", "allocate"):
+        check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
+                    lambda: reference.nvfp4_quant(x, g)[:2], buffers, variant=variant)  # fmt: skip
+
+
+def test_nvfp4_dequant_consumer():
+    x = make_input((256, 1024), torch.bfloat16, 14)
+    w = torch.randn(512, 1024, device="cuda").to(torch.bfloat16)
+    y = fp8quant.nvfp4_dequant(*fp8quant.nvfp4_quant(x)).to(torch.bfloat16) @ w.T
+    assert calc_diff(y.float(), (x @ w.T).float()) < 2e-2

@@ -9,7 +9,7 @@ Every layout, dtype and group size, odd and padded M, odd G, 3-D input and the u
 the weight quantizer's partial blocks, dtypes, UE8M0 and strided experts, requantization, and
 every scale transform (layouts, pack, unpack, SM100 weight scales, batched), the MoE combine
 (dropped slots, unaligned H) and routing (bounds too small included), MXFP8 (both recipes and
-layouts, 3-D and unaligned), with programmatic
+layouts, 3-D and unaligned) and NVFP4 (per-expert encode scales), with programmatic
 dependent launch on and then off; each result is also compared with the
 reference, so the run fails on wrong bytes too.
 """
@@ -108,10 +108,19 @@ def run_cases() -> tuple[int, int]:
     for shape, recipe, layout in (((1, 32), "rceil", "swizzled"), ((129, 96), "floor", "swizzled"),
                                   ((3, 5, 64), "rceil", "row"), ((7, 1 + 256), "floor", "row")):  # fmt: skip
         x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
-        failures += not check_mx(x[..., 1:] if shape[-1] % 32 else x, recipe, layout)
-        cases += 1
+        x = x[..., 1:] if shape[-1] % 32 else x
+        failures += not check_mx(x, recipe, layout)
+        failures += not check_fp4(x, layout)
+        cases += 2
     torch.cuda.synchronize()
     return cases, failures
+
+
+def check_fp4(x: torch.Tensor, layout: str) -> bool:
+    g = fp8quant.nvfp4_global_scale(x, per_batch=x.dim() == 3)
+    got = fp8quant.nvfp4_quant(x, g, scale_layout=layout)[:2]
+    ref = fp8quant.reference.nvfp4_quant(x, g, scale_layout=layout)[:2]
+    return all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, ref))
 
 
 def check_mx(x: torch.Tensor, recipe: str, layout: str) -> bool:
