@@ -66,6 +66,7 @@ def test_method_names_the_buffers_it_timed():
         ("--weights", "--weights times the GPU kernel; no CUDA GPU was found"),
         ("--moe", "--moe times the GPU kernels; no CUDA GPU was found"),
         ("--norm", "--norm times the GPU kernels; no CUDA GPU was found"),
+        ("--mx", "--mx times the GPU kernels; no CUDA GPU was found"),
     ],
 )
 def test_gpu_modes_need_a_gpu(mode, message):

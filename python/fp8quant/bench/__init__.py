@@ -1,8 +1,8 @@
 """``python -m fp8quant bench``: one mode a run, each a module of this package over the shared
 timing base (:mod:`fp8quant.bench.timing`): the default (:mod:`~fp8quant.bench.quant`:
 per_token_group_quant), ``--host-overhead`` (:mod:`~fp8quant.bench.host`), ``--weights``,
-``--gemm``, ``--moe`` (with the engines' chain, :mod:`~fp8quant.bench.engines`), ``--norm`` and
-``--model``. This module is the command line on top: the options, the table of the options
+``--gemm``, ``--moe`` (with the engines' chain, :mod:`~fp8quant.bench.engines`), ``--norm``, ``--mx``
+and ``--model``. This module is the command line on top: the options, the table of the options
 each mode takes, and the dispatch to the mode's ``run_*``."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ RUNNERS = {
     "gemm": ("gemm", "run_gemm"),
     "moe": ("moe", "run_moe"),
     "norm": ("norm", "run_norm"),
+    "mx": ("mx", "run_mx"),
     "host_overhead": ("host", "run_host"),
     "model": ("model", "run_model"),
 }
@@ -43,6 +44,7 @@ MODE_OPTIONS = {
     "gemm": ("m",),
     "moe": ("m", "k", "rotation_mib"),
     "norm": ("m", "k", "dtype", "rotation_mib"),
+    "mx": ("m", "k", "dtype", "rotation_mib"),
     "model": ("quick", "m", "layers"),
 }
 
@@ -62,6 +64,7 @@ replaces. One mode a run:
   --gemm           the block-scaled FP8 GEMMs fp8quant.linear runs, beside a bf16 matmul
   --moe            a DeepSeek-V3 MoE layer and its ops, beside the engines' Triton chain
   --norm           residual add + RMSNorm + group quantization, beside the unfused pair
+  --mx             MXFP8 and NVFP4 quantization (Blackwell's block-scaled formats)
   --model NAME     a transformers model (deepseek-v3, qwen3-moe) in FP8 on fp8quant, beside
                    bf16: prefill, decode steps, logits accuracy
 
@@ -127,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="residual add + RMSNorm + group quantization (rms_norm_quant, mn_tma scales; M from --m, default 1 to "
         "16384; H from --k) against the copy bandwidth, the unfused pair and torch.compile of the reference",
+    )
+    mode.add_argument(
+        "--mx",
+        action="store_true",
+        help="MXFP8 (both recipes, swizzled and row scales) and NVFP4 quantization (M from --m, default 1 to 32768; "
+        "K from --k) against the copy bandwidth and torch.compile of the reference",
     )
 
     shapes = parser.add_argument_group("shapes")
