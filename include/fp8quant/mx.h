@@ -74,7 +74,7 @@ FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_
  * @param q_batch_stride  Bytes between batches of `q`; batches must not overlap.
  * @param q_row_stride    Bytes between rows of `q`, >= k.
  * @param scale           Output scale bytes: the whole buffer of fp8quant_mx_scale_bytes(), batches
- *                        one after another.
+ *                        one after another, 4-byte aligned.
  * @param scale_layout    Layout of `scale`.
  * @param recipe          Scale recipe.
  * @param stream          CUDA stream to enqueue on.
