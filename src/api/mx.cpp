@@ -9,7 +9,7 @@
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "common/error.hpp"
-#include "kernels/mx_quant.hpp"
+#include "kernels/block_scaled_quant.hpp"
 
 namespace {
 
@@ -94,7 +94,7 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem, q_vec = fp4 ? 8 : 16;  // elements and bytes a thread moves at once
-  fp8quant::MxProblem problem{};
+  fp8quant::BlockScaledProblem problem{};
   problem.x = x;
   problem.q = q;
   problem.scale = static_cast<uint8_t*>(scale);

@@ -123,7 +123,7 @@ fp8quant_status_t no_kernel_for(const char* arg, int64_t value);
 #define FP8QUANT_DISPATCH_QUANT_SOURCE(source, kSource, ...) \
   FP8QUANT_DISPATCH_ENUM3_(source, "source", kSource, ::fp8quant::QuantSource, kRows, kSiluMul, kScatter, __VA_ARGS__)
 
-// MxProblem::format -> kFormat
+// BlockScaledProblem::format -> kFormat
 #define FP8QUANT_DISPATCH_BLOCK_FORMAT(format, kFormat, ...)                                                     \
   FP8QUANT_DISPATCH_ENUM3_(format, "format", kFormat, ::fp8quant::BlockFormat, kMxfp8Rceil, kMxfp8Floor, kNvfp4, \
                            __VA_ARGS__)

@@ -35,7 +35,7 @@ enum class ScaleTransform {
   kUnpack,   // int32 words -> fp32
 };
 
-// The block-scaled formats of Blackwell's tensor cores (src/kernels/mx_quant.cuh;
+// The block-scaled formats of Blackwell's tensor cores (src/kernels/block_scaled_quant.cuh;
 // docs/contract.md, "MXFP8" and "NVFP4").
 enum class BlockFormat : int32_t {
   kMxfp8Rceil,  // e4m3 in groups of 32, E8M0 scale by RCEIL

@@ -1,11 +1,11 @@
 // Block-scaled (MXFP8, NVFP4) quantization for sm_90a (Hopper).
-#include "kernels/mx_quant.cuh"
+#include "kernels/block_scaled_quant.cuh"
 
 namespace fp8quant::sm90 {
 
 struct Arch {};
 
-fp8quant_status_t block_scaled_quant(const MxProblem& problem, cudaStream_t stream) {
+fp8quant_status_t block_scaled_quant(const BlockScaledProblem& problem, cudaStream_t stream) {
   return kernels::launch_block_scaled_quant<Arch>(problem, stream);
 }
 

@@ -18,7 +18,7 @@ constexpr int kNvfp4Group = 16;  // elements per NVFP4 group
 // (row r, group slot c) each, row after row: rows [0, rows) and slots [0, slots) of each batch,
 // where rows and slots are m and num_groups (row layout) or their swizzled paddings
 // round_up(m, 128) and round_up(num_groups, 4), whose slots hold zero bytes.
-struct MxProblem {
+struct BlockScaledProblem {
   const void* x;
   void* q;
   uint8_t* scale;
@@ -43,6 +43,6 @@ struct MxProblem {
   bool pdl;                     // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
 
-FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, MxProblem)
+FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, BlockScaledProblem)
 
 }  // namespace fp8quant

@@ -20,8 +20,8 @@
 #include "common/dispatch.hpp"
 #include "common/error.hpp"
 #include "common/launch.cuh"
+#include "kernels/block_scaled_quant.hpp"
 #include "kernels/group_slice.cuh"
-#include "kernels/mx_quant.hpp"
 
 namespace fp8quant::kernels {
 
@@ -37,7 +37,7 @@ struct FormatOf {
 
 // Byte offset of scale (r, c) in one batch's buffer.
 template <bool kSwizzled>
-__device__ __forceinline__ int64_t mx_scale_offset(const MxProblem& p, int32_t r, int32_t c) {
+__device__ __forceinline__ int64_t mx_scale_offset(const BlockScaledProblem& p, int32_t r, int32_t c) {
   if constexpr (kSwizzled) {
     return int64_t{r / 128} * (p.slots / 4) * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
   } else {
@@ -46,7 +46,7 @@ __device__ __forceinline__ int64_t mx_scale_offset(const MxProblem& p, int32_t r
 }
 
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned>
-__global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ MxProblem p) {
+__global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ BlockScaledProblem p) {
   using Format = FormatOf<kFormat>;
 
   // Locate this team's slot
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
 
 // Launch the kernel of one instantiation on `stream`.
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned>
-fp8quant_status_t launch_block_scaled_quant_as(const MxProblem& problem, cudaStream_t stream) {
+fp8quant_status_t launch_block_scaled_quant_as(const BlockScaledProblem& problem, cudaStream_t stream) {
   constexpr auto kernel = block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned>;
   constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
   const dim3 grid((problem.units + kTeams - 1) / kTeams, problem.batch);
@@ -122,7 +122,7 @@ fp8quant_status_t launch_block_scaled_quant_as(const MxProblem& problem, cudaStr
 
 // Launch the kernel for `problem` on `stream` (the C API has checked every value).
 template <class Arch>
-fp8quant_status_t launch_block_scaled_quant(const MxProblem& problem, cudaStream_t stream) {
+fp8quant_status_t launch_block_scaled_quant(const BlockScaledProblem& problem, cudaStream_t stream) {
   return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
     return FP8QUANT_DISPATCH_BLOCK_FORMAT(problem.format, kFormat, [&] {
       return FP8QUANT_DISPATCH_BOOL(problem.layout == FP8QUANT_MX_SCALE_SWIZZLED, kSwizzled, [&] {
