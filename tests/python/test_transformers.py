@@ -246,11 +246,13 @@ def test_fused_norms(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @torch.no_grad()
-def test_fused_residual_adds(arch):
-    """enable() folds every decoder layer's residual add after attention into its post-attention
-    norm (the dense layer's quantizing one, the MoE layer's bf16 one): each layer's output is the
-    unfused model's up to the norms' last bits, the layer's input is not written (the sum goes
-    into the attention output), and fuse_norms=False leaves the layers as transformers wrote them."""
+def test_fused_residual_adds(arch, monkeypatch):
+    """enable() folds every residual add into the norm kernel that reads the sum: after attention
+    into the post-attention norm (the dense layer's quantizing one, the MoE layer's bf16 one), at a
+    layer's end into the next layer's input norm (the layer returns a PendingSum) or, after the
+    last, the final norm. Each hidden state and the logits are the unfused model's up to the
+    norms' last bits, also when a reader adds a PendingSum before the next layer does; a layer's
+    input is never written; fuse_norms=False leaves the layers as transformers wrote them."""
     bf16 = tiny_model(arch)
     unfused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)), fuse_norms=False)
     fused = fqt.enable(fqt.quantize(copy.deepcopy(bf16)))
@@ -259,18 +261,41 @@ def test_fused_residual_adds(arch):
     assert not any("forward" in vars(m) for m in unfused.modules())
     assert isinstance(fused.model.layers[0].post_attention_layernorm, fqt.FP8QuantRMSNorm)
     assert isinstance(fused.model.layers[1].post_attention_layernorm, fqt.FusedAddRMSNorm)
+    assert isinstance(fused.model.norm, fqt.FusedAddRMSNorm)
     assert fqt.fuse_residual_adds(fqt.quantize(copy.deepcopy(bf16))) == layers  # the norms need not be fused
+
+    # Which kernels add, in order: layer 0's post-attention norm and layer 1's input norm
+    # (quantizing), layer 1's post-attention norm and the final norm (bf16)
+    adds = []
+    for name in ("rms_norm", "rms_norm_quant"):
+        real = getattr(fqt, name)
+        monkeypatch.setattr(fqt, name, lambda *a, _real=real, _name=name, **k: (
+            adds.append((_name, k.get("residual") is not None)), _real(*a, **k))[1])  # fmt: skip
     ids = torch.randint(0, VOCAB, (2, 33), generator=torch.Generator().manual_seed(7))
     got = fused(ids, output_hidden_states=True)
+    assert [name for name, residual in adds if residual] == ["rms_norm_quant", "rms_norm_quant", "rms_norm", "rms_norm"]
+    assert ("rms_norm", False) not in adds  # every bf16 norm adds; the quantizing ones without a residual: input
+    # norm of layer 0, DeepSeek-V3's q_a norms
     ref = unfused(ids, output_hidden_states=True)
+    assert len(got.hidden_states) == len(ref.hidden_states)
     for i, (a, b) in enumerate(zip(got.hidden_states, ref.hidden_states)):
         assert calc_diff(a.float(), b.float()) < 1e-4, f"hidden state {i}"
+    assert calc_diff(got.logits.float(), ref.logits.float()) < 1e-4
+
+    # A reader that adds layer 0's output first: the next layer takes that sum as it is
+    early = []
+    handle = fused.model.layers[0].register_forward_hook(lambda mod, args, out: early.append(out * 1))
+    again = fused(ids, output_hidden_states=True)
+    handle.remove()
+    assert calc_diff(again.logits.float(), got.logits.float()) < 1e-6
+    assert calc_diff(early[0].float(), ref.hidden_states[1].float()) < 1e-4
+
     # A layer's input stays as it was given
     layer = fused.model.layers[1]
     x = torch.randn(2, 33, bf16.config.hidden_size, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
     before = x.clone()
     emb = fused.model.rotary_emb(x, torch.arange(33).unsqueeze(0))
     out = layer(x, position_embeddings=emb, position_ids=torch.arange(33).unsqueeze(0))
-    assert torch.equal(x, before) and out.shape == x.shape
+    assert isinstance(out, fqt.PendingSum) and torch.equal(x, before) and out.shape == x.shape
     assert calc_diff(out.float(), unfused.model.layers[1](x, position_embeddings=emb,
                                                           position_ids=torch.arange(33).unsqueeze(0)).float()) < 1e-4  # fmt: skip

@@ -17,8 +17,8 @@ before it quantizes: two roundings)::
 :func:`enable` runs every FP8 linear through :func:`fp8quant.linear` (weights prepared once for the
 backend), the routed experts through :func:`fp8quant.moe_layer` (the ``"fp8quant"`` experts
 implementation), the RMSNorms that only FP8 linears read through :func:`fp8quant.rms_norm_quant`
-(one quantized activation for all their readers), folds each decoder layer's residual add after
-attention into its post-attention norm's kernel, and plugs fp8quant into transformers' kernel
+(one quantized activation for all their readers), folds every residual add of the decoder layers
+into the norm kernel that reads the sum, and plugs fp8quant into transformers' kernel
 seam, so that any other FP8 matmul of the model runs on fp8quant too. Tested with transformers 5.17 (``TESTED_VERSIONS``); a
 transformers without the seam gets a RuntimeError that says so.
 """
@@ -244,6 +244,47 @@ class QuantizedHidden(torch.Tensor):
         )
 
 
+class PendingSum(torch.Tensor):
+    """A fused decoder layer's output, ``residual + delta``, not yet added: the next fused layer's
+    input norm (or the fused final norm) adds it in its own kernel, writing the sum into
+    ``residual``'s rows (a buffer the layer owns) and keeping it as ``value``. Any other use
+    (another module, an output_hidden_states reader) adds it first, as PyTorch does, once; its
+    shape, dtype and device are the sum's."""
+
+    residual: torch.Tensor
+    delta: torch.Tensor
+    value: torch.Tensor | None
+
+    @staticmethod
+    def __new__(cls, residual: torch.Tensor, delta: torch.Tensor) -> PendingSum:
+        t = torch.Tensor._make_wrapper_subclass(cls, residual.shape, dtype=residual.dtype, device=residual.device)
+        t.residual, t.delta, t.value = residual, delta, None
+        return t
+
+    def materialize(self) -> torch.Tensor:
+        """The sum, added now if no fused norm has added it yet."""
+        if self.value is None:
+            self.value = self.residual + self.delta
+        return self.value
+
+    def take(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What a fused norm reads: ``(delta, residual)`` to add in its kernel (then ``value`` is
+        ``residual``), or ``(value, None)`` when the sum exists already."""
+        if self.value is not None:
+            return self.value, None
+        self.value = self.residual
+        return self.delta, self.residual
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(a):
+            return a.materialize() if isinstance(a, PendingSum) else a
+
+        return func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+
+
 def _row_view(t: torch.Tensor) -> torch.Tensor:
     """``t [..., H]`` as rows ``[M, H]``: a view (the fused norms update a residual through it)."""
     return t.view(-1, t.shape[-1])
@@ -272,9 +313,10 @@ class FP8QuantRMSNorm(nn.Module):
 
 
 class FusedAddRMSNorm(nn.Module):
-    """A model's RMSNorm whose output stays in x's dtype (it feeds a router, or bf16 experts),
-    run by :func:`fp8quant.rms_norm`; called with a ``residual`` (the fused decoder layers), it
-    first adds x into it, in place, in the same kernel, and returns ``(output, residual)``."""
+    """A model's RMSNorm whose output stays in x's dtype (it feeds a router, bf16 experts, or the
+    output head), run by :func:`fp8quant.rms_norm`; called with a ``residual`` (the fused decoder
+    layers), it first adds x into it, in place, in the same kernel, and returns ``(output,
+    residual)``; given a :class:`PendingSum` alone (the final norm), it adds that the same way."""
 
     def __init__(self, norm: nn.Module):
         super().__init__()
@@ -282,6 +324,10 @@ class FusedAddRMSNorm(nn.Module):
         self.eps = float(norm.variance_epsilon)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if isinstance(x, PendingSum) and residual is None:  # the model's final norm: the last layer's add too
+            x, pending = x.take()
+            if pending is not None:
+                return self.forward(x, pending)[0]
         rows = x.reshape(-1, x.shape[-1])
         if residual is None:
             return rms_norm(rows, self.weight, self.eps).view(x.shape)
@@ -345,12 +391,21 @@ def fused_decoder_forward(
     use_cache: bool | None = False,
     position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
     **kwargs,
-) -> torch.Tensor:
-    """A ``FUSED_LAYERS`` decoder layer's forward with the residual add after attention done by
-    the post-attention norm's kernel: the sum is written into the attention output's rows (the
-    layer's input is not written), and the norm reads it there."""
+) -> PendingSum:
+    """A ``FUSED_LAYERS`` decoder layer's forward with both residual adds done by norm kernels:
+    the previous fused layer's output arrives as a :class:`PendingSum`, which the input norm adds
+    (into a buffer that layer owns); the add after attention is written into the attention
+    output's rows by the post-attention norm; and this layer's own output is returned as a
+    PendingSum for the next. The layer's input tensor is never written."""
     residual = hidden_states
-    hidden_states = self.input_layernorm(hidden_states)
+    if isinstance(hidden_states, PendingSum):
+        x, pending = hidden_states.take()
+        if pending is not None:
+            hidden_states, residual = self.input_layernorm(x, residual=pending)
+        else:
+            residual, hidden_states = x, self.input_layernorm(x)
+    else:
+        hidden_states = self.input_layernorm(hidden_states)
     hidden_states, _ = self.self_attn(
         hidden_states=hidden_states,
         attention_mask=attention_mask,
@@ -362,30 +417,44 @@ def fused_decoder_forward(
     )
     # Add and normalize: the fp32 sum rounded to the dtype is the same either way round
     hidden_states, residual = self.post_attention_layernorm(residual, residual=hidden_states.contiguous())
-    hidden_states = self.mlp(hidden_states)
-    return residual + hidden_states
+    return PendingSum(residual, self.mlp(hidden_states))
+
+
+def _add_norm(norm: nn.Module) -> nn.Module | None:
+    """``norm`` if it can take a residual (an FP8QuantRMSNorm), else a FusedAddRMSNorm of it, or
+    None when the fused kernels cannot run it."""
+    if isinstance(norm, (FP8QuantRMSNorm, FusedAddRMSNorm)):
+        return norm
+    if not (hasattr(norm, "variance_epsilon") and norm.weight.dtype in (torch.bfloat16, torch.float16)
+            and norm.weight.shape[0] % 16 == 0 and norm.weight.shape[0] <= 16384):  # fmt: skip
+        return None
+    return FusedAddRMSNorm(norm)
 
 
 def fuse_residual_adds(model: nn.Module) -> list[str]:
-    """In each decoder layer of ``FUSED_LAYERS`` (``*.layers.<i>``) whose post-attention RMSNorm
-    the fused kernels can run, fold the residual add after attention into that norm: an
-    :class:`FP8QuantRMSNorm` already there takes the residual; any other becomes a
-    :class:`FusedAddRMSNorm`; the layer runs :func:`fused_decoder_forward`. The add at a layer's
-    end stays in PyTorch (the next layer's norm is reached through transformers' own loop).
-    Returns the names of the layers changed."""
+    """Fold every residual add of the decoder layers of ``FUSED_LAYERS`` (``*.layers.<i>``) into
+    the norm kernel that reads the sum: the add after attention into the post-attention norm,
+    and the add at a layer's end into the next layer's input norm (the layer returns a
+    :class:`PendingSum`) or, after the last layer, into the model's final norm. Norms that are
+    not :class:`FP8QuantRMSNorm` become :class:`FusedAddRMSNorm`; a layer whose two norms the
+    kernels cannot run is left as it is (it adds any PendingSum it gets first). Returns the
+    names of the layers changed."""
     layer_class = FUSED_LAYERS.get(getattr(model.config, "model_type", None))
     fused = []
     for name, layer in list(model.named_modules()):
         if type(layer).__name__ != layer_class:
             continue
-        norm = layer.post_attention_layernorm
-        if not isinstance(norm, FP8QuantRMSNorm):
-            if not (hasattr(norm, "variance_epsilon") and norm.weight.dtype in (torch.bfloat16, torch.float16)
-                    and norm.weight.shape[0] % 16 == 0 and norm.weight.shape[0] <= 16384):  # fmt: skip
-                continue
-            layer.post_attention_layernorm = FusedAddRMSNorm(norm)
+        norms = _add_norm(layer.input_layernorm), _add_norm(layer.post_attention_layernorm)
+        if None in norms:
+            continue
+        layer.input_layernorm, layer.post_attention_layernorm = norms
         layer.forward = MethodType(fused_decoder_forward, layer)
         fused.append(name)
+    if fused:
+        for module in model.modules():  # the decoder's final norm (the module holding the layers)
+            final = _add_norm(module.norm) if hasattr(module, "layers") and hasattr(module, "norm") else None
+            if final is not None:
+                module.norm = final
     return fused
 
 
@@ -483,9 +552,8 @@ def enable(model: nn.Module, *, backend: str = "auto", moe_backend: str = "auto"
     fp8quant's matmuls for any other FP8 path. With ``fuse_norms``, the RMSNorms whose readers
     are all FP8 linears of one format (``FUSED_NORMS``: DeepSeek-V3's and Qwen3-MoE's attention
     input norms, DeepSeek-V3's q_a norm, the dense layers' post-attention norms)
-    normalize and quantize in one kernel, once for all their readers, and each decoder layer's
-    residual add after attention is done in its post-attention norm's kernel
-    (:func:`fuse_residual_adds`). Call it after the model is on its device. Returns the model."""
+    normalize and quantize in one kernel, once for all their readers, and every residual add of
+    the decoder layers is done in the norm kernel that reads the sum (:func:`fuse_residual_adds`). Call it after the model is on its device. Returns the model."""
     if moe_backend not in MOE_BACKENDS:
         raise ValueError(f"moe_backend must be one of {MOE_BACKENDS} (fp8quant.moe_layer's), got {moe_backend!r}")
     fg = finegrained_fp8()
