@@ -89,6 +89,17 @@ class Buffer:
             step *= n
         object.__setattr__(self, "_contiguous", tuple(contiguous))
 
+    @classmethod
+    def contiguous(cls, dtype: torch.dtype, shape: tuple, context: str) -> Buffer:
+        """An output that must be exactly ``shape``, contiguous (block scales, scale byte
+        matrices): ``out=`` tensors are held to those strides, not only to a contiguous last
+        dimension."""
+        stride, numel = [], 1
+        for size in reversed(shape):
+            stride.insert(0, numel)
+            numel *= size
+        return cls(dtype, shape, tuple(stride), numel, context, full_shape=shape)
+
     def empty(self, device: torch.device) -> torch.Tensor:
         """A new uninitialised output (``empty_strided`` is torch's cheapest allocation call)."""
         if self.stride is None:

@@ -47,12 +47,7 @@ def _scale_buffer(x: TensorMeta, group: int, scale_layout: str, dtype: torch.dty
     """The scale bytes of x's groups in ``scale_layout``: one contiguous buffer, padding included."""
     *batch, m, k = x.shape
     rows, cols = (m, k // group) if scale_layout == "row" else swizzled_shape(m, k // group)
-    shape = (*batch, rows, cols)
-    stride, numel = [], 1
-    for size in reversed(shape):
-        stride.insert(0, numel)
-        numel *= size
-    return Buffer(dtype, shape, tuple(stride), numel, "(the whole scale buffer, contiguous)", full_shape=shape)
+    return Buffer.contiguous(dtype, (*batch, rows, cols), "(the whole scale buffer, contiguous)")
 
 
 def _geometry(x: TensorMeta, recipe: str, scale_layout: str) -> tuple[Buffer, Buffer]:

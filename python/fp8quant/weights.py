@@ -18,13 +18,7 @@ def _geometry(w: TensorMeta, block_n: int, block_k: int, ue8m0: bool, eps: float
     """q like w; fp32 scales [*, ceil(N / block_n), ceil(K / block_k)], contiguous."""
     n, k = w.shape[-2], w.shape[-1]
     shape = (*w.shape[:-2], -(-n // block_n), -(-k // block_k))
-    stride, numel = [], 1
-    for size in reversed(shape):
-        stride.insert(0, numel)
-        numel *= size
-    return Buffer(FP8_DTYPE, w.shape), Buffer(
-        torch.float32, shape, tuple(stride), numel, "(contiguous block scales)", full_shape=shape
-    )
+    return Buffer(FP8_DTYPE, w.shape), Buffer.contiguous(torch.float32, shape, "(contiguous block scales)")
 
 
 def _launch(w, q, scale, block_n: int, block_k: int, ue8m0: bool, eps: float) -> None:

@@ -21,16 +21,11 @@ constexpr int64_t kMaxUnits = std::numeric_limits<int32_t>::max() - 4096;
 
 int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-// The scale slots of one batch: (rows, slots), padding included; arguments already checked.
-void mx_slots(fp8quant_mx_scale_layout_t layout, int64_t m, int64_t num_groups, int64_t* rows, int64_t* slots) {
-  const bool swizzled = layout == FP8QUANT_MX_SCALE_SWIZZLED;
-  *rows = swizzled ? align_up(m, 128) : m;
-  *slots = swizzled ? align_up(num_groups, 4) : num_groups;
-}
-
-// The checks every function here shares: the layout, batch, m and the groups per row.
-fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
-                                 int64_t num_groups) {
+// The checks every function here shares: the layout, batch, m and the groups per row; on success
+// *rows and *slots are one batch's scale slots, padding included (the swizzled layout pads rows
+// to 128 and groups to 4).
+fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
+                                 int64_t* rows, int64_t* slots) {
   using std::to_string;
   FP8QUANT_CHECK_ARG(scale_layout == FP8QUANT_MX_SCALE_ROW || scale_layout == FP8QUANT_MX_SCALE_SWIZZLED,
                      "scale_layout", "unknown MX scale layout " + to_string(scale_layout));
@@ -38,11 +33,13 @@ fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_
                      "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
   FP8QUANT_CHECK_ARG(m >= 0 && m <= kMaxUnits, "m",
                      "must be in [0, " + to_string(kMaxUnits) + "], got " + to_string(m));
-  int64_t rows = 0, slots = 0;
-  mx_slots(scale_layout, m, num_groups, &rows, &slots);
-  FP8QUANT_CHECK_ARG(rows * slots <= kMaxUnits, "m",
-                     "one batch needs " + to_string(rows * slots) + " scale slots (" + to_string(rows) + " rows of " +
-                         to_string(slots) + ", padding included), more than the limit of " + to_string(kMaxUnits));
+  const bool swizzled = scale_layout == FP8QUANT_MX_SCALE_SWIZZLED;
+  *rows = swizzled ? align_up(m, 128) : m;
+  *slots = swizzled ? align_up(num_groups, 4) : num_groups;
+  FP8QUANT_CHECK_ARG(*rows * *slots <= kMaxUnits, "m",
+                     "one batch needs " + to_string(*rows * *slots) + " scale slots (" + to_string(*rows) +
+                         " rows of " + to_string(*slots) + ", padding included), more than the limit of " +
+                         to_string(kMaxUnits));
   return FP8QUANT_SUCCESS;
 }
 
@@ -70,7 +67,9 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
                      "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
   FP8QUANT_RETURN_IF_ERROR(check_k(k, group));
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, k / group));
+  const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
+  int64_t rows = 0, slots = 0;
+  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups, &rows, &slots));
   if (fp4) {
     FP8QUANT_CHECK_ARG(global_scale != nullptr, "global_scale", "must not be null");
     FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(global_scale) % 4 == 0, "global_scale", "must be 4-byte aligned");
@@ -79,9 +78,6 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
 
   // Buffers, strides and spans; outputs share no byte with the inputs or with each other (q is
   // checked as k bytes a row, k / 2 for NVFP4's two elements a byte)
-  const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
-  int64_t rows = 0, slots = 0;
-  mx_slots(scale_layout, m, num_groups, &rows, &slots);
   const int64_t scale_bytes = batch * rows * slots;
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
@@ -131,9 +127,8 @@ fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layou
   FP8QUANT_CHECK_ARG(bytes != nullptr, "bytes", "must not be null");
   FP8QUANT_CHECK_ARG(num_groups > 0 && num_groups <= kMaxUnits, "num_groups",
                      "must be in [1, " + std::to_string(kMaxUnits) + "], got " + std::to_string(num_groups));
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups));
   int64_t rows = 0, slots = 0;
-  mx_slots(scale_layout, m, num_groups, &rows, &slots);
+  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups, &rows, &slots));
   *bytes = batch * rows * slots;
   return FP8QUANT_SUCCESS;
 }
