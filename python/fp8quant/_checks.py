@@ -49,6 +49,16 @@ def _check_last_dim(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} must have a contiguous last dimension, got strides {tuple(t.stride())}")
 
 
+def check_block_rows(x: torch.Tensor, group: int, shapes: str) -> None:
+    """The input of a block-scaled quantizer (MXFP8, NVFP4): an input dtype, 2-D or 3-D
+    (``shapes`` names them), K a positive multiple of ``group``, a contiguous last dimension."""
+    _check_input(x, "x", shapes)
+    k = x.shape[-1]
+    if k == 0 or k % group:
+        raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of {group}")
+    _check_last_dim(x, "x")
+
+
 def check_quant_args(x: torch.Tensor, group_size: int, eps: float, eps_name: str = "eps") -> None:
     _check_input(x, "x", "2-D [M, K] or 3-D [B, M, K]")
     if isinstance(group_size, bool) or not isinstance(group_size, int):

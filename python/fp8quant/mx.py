@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._checks import FP8_DTYPE, _check_input, _check_last_dim
+from ._checks import FP8_DTYPE, check_block_rows
 from ._ext import extension as _extension
 from ._ext import launch_rows
 from ._ops import Buffer, Op, TensorMeta
@@ -32,13 +32,8 @@ _E8M0 = torch.float8_e8m0fnu
 
 
 def _check_block_input(x: torch.Tensor, group: int, scale_layout: str, shapes: str) -> None:
-    """What both ops need of x and the layout: an input dtype, 2-D or 3-D, K a positive multiple
-    of ``group``, a contiguous last dimension; ``scale_layout`` one of MX_SCALE_LAYOUTS."""
-    _check_input(x, "x", shapes)
-    k = x.shape[-1]
-    if k == 0 or k % group:
-        raise ValueError(f"x.shape[-1] (K={k}) must be a positive multiple of {group}")
-    _check_last_dim(x, "x")
+    """What both ops need of x (check_block_rows) and the layout (one of MX_SCALE_LAYOUTS)."""
+    check_block_rows(x, group, shapes)
     if scale_layout not in MX_SCALE_LAYOUTS:
         raise ValueError(f"scale_layout must be one of {MX_SCALE_LAYOUTS}, got {scale_layout!r}")
 
