@@ -14,6 +14,7 @@
 #define FP8QUANT_MOE_H_
 
 #include "fp8quant/common.h"
+#include "fp8quant/mx.h"
 #include "fp8quant/quant.h"
 
 #ifdef __cplusplus
@@ -126,6 +127,42 @@ FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_d
                                                        void* q, int64_t q_batch_stride, int64_t q_row_stride,
                                                        void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float eps, cudaStream_t stream);
+
+/**
+ * @brief Fused SiLU-and-mul + MXFP8 quantization: `y = silu(gate) * up` of `x [batch, m, 2n]`,
+ *        rounded to x's dtype, quantized into `q [batch, m, n]` float8_e4m3fn and its E8M0 scale
+ *        bytes exactly as fp8quant_mxfp8_quant() would quantize `y` (docs/contract.md, "MXFP8").
+ *
+ * Rows, padding and the MoE layouts (`m_indices`, `used_rows`, `masked_m`, `align`) as
+ * fp8quant_silu_mul_quant(): padding rows are not read, their q bytes are not written, and their
+ * scale bytes are 0 inside a tile and untouched past the tiles (with `m_indices` and
+ * `used_rows`, or `masked_m`); the swizzled layout's padding bytes of the rows in a tile are 0.
+ * The other arguments are fp8quant_mxfp8_quant()'s, with k = n (x's rows hold 2n elements).
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_mxfp8(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
+                                                       int64_t m, int64_t n, int64_t x_batch_stride,
+                                                       int64_t x_row_stride, const int32_t* m_indices,
+                                                       const int32_t* used_rows, const int32_t* masked_m, int64_t align,
+                                                       void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                                       void* scale, fp8quant_mx_scale_layout_t scale_layout,
+                                                       fp8quant_mx_recipe_t recipe, cudaStream_t stream);
+
+/**
+ * @brief Fused SiLU-and-mul + NVFP4 quantization: as fp8quant_silu_mul_mxfp8(), into
+ *        `q [batch, m, n / 2]` (two e2m1 codes a byte) and e4m3 scale bytes, exactly as
+ *        fp8quant_nvfp4_quant() would quantize `y` (docs/contract.md, "NVFP4").
+ *
+ * @param global_scale   Device float32 encode scales, 4-byte aligned, apart from `q` and `scale`.
+ * @param global_scales  How many: 1 (one for every row), `batch` (one per batch: the masked
+ *                       layout's experts), or, with `m_indices`, the experts' count (row r takes
+ *                       `global_scale[m_indices[r]]`; every expert index must be below it).
+ * The other arguments are fp8quant_silu_mul_mxfp8()'s.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_nvfp4(
+    const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t n, int64_t x_batch_stride,
+    int64_t x_row_stride, const int32_t* m_indices, const int32_t* used_rows, const int32_t* masked_m, int64_t align,
+    void* q, int64_t q_batch_stride, int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
+    const float* global_scale, int64_t global_scales, cudaStream_t stream);
 
 /**
  * @brief Fused MoE dispatch + group quantization: each token of `x [tokens, h]` read once,

@@ -15,6 +15,7 @@
 #define FP8QUANT_NORM_H_
 
 #include "fp8quant/common.h"
+#include "fp8quant/mx.h"
 #include "fp8quant/quant.h"
 
 #ifdef __cplusplus
@@ -76,6 +77,42 @@ FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_quant(const void* x, void* resi
                                                        void* q, int64_t q_row_stride, void* scale,
                                                        fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                        int64_t group_size, float quant_eps, cudaStream_t stream);
+
+/**
+ * @brief fp8quant_rms_norm() fused with fp8quant_mxfp8_quant(): `y` is not written but quantized
+ *        to MXFP8, `q [m, h]` float8_e4m3fn and one E8M0 byte per group of 32 in `scale`
+ *        (docs/contract.md, "MXFP8"), bit for bit the bytes of the two ops one after the other.
+ *
+ * Requirements as fp8quant_rms_norm_quant(), with `h` a multiple of 32 and `scale` the whole
+ * buffer of fp8quant_mx_scale_bytes(scale_layout, 1, m, h / 32) bytes (padding written as 0).
+ *
+ * @param scale_layout  Layout of `scale`.
+ * @param recipe        Scale recipe.
+ * The other parameters are fp8quant_rms_norm_quant()'s.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_mxfp8(const void* x, void* residual, const void* weight,
+                                                       fp8quant_dtype_t dtype, int64_t m, int64_t h,
+                                                       int64_t x_row_stride, int64_t residual_row_stride, float eps,
+                                                       void* q, int64_t q_row_stride, void* scale,
+                                                       fp8quant_mx_scale_layout_t scale_layout,
+                                                       fp8quant_mx_recipe_t recipe, cudaStream_t stream);
+
+/**
+ * @brief fp8quant_rms_norm() fused with fp8quant_nvfp4_quant(): `y` quantized to NVFP4,
+ *        `q [m, h / 2]` (two e2m1 codes a byte) and one e4m3 byte per group of 16 in `scale`,
+ *        with the encode scale read from `global_scale` (docs/contract.md, "NVFP4").
+ *
+ * Requirements as fp8quant_rms_norm_mxfp8(), with `h` a multiple of 16 (k = h / 16 groups) and:
+ *
+ * @param global_scale  Device float32 encode scale `S` of y (a calibrated value: the op does not
+ *                      see y's amax before it quantizes), 4-byte aligned, apart from the outputs.
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_nvfp4(const void* x, void* residual, const void* weight,
+                                                       fp8quant_dtype_t dtype, int64_t m, int64_t h,
+                                                       int64_t x_row_stride, int64_t residual_row_stride, float eps,
+                                                       void* q, int64_t q_row_stride, void* scale,
+                                                       fp8quant_mx_scale_layout_t scale_layout,
+                                                       const float* global_scale, cudaStream_t stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -186,6 +186,34 @@ void silu_mul_quant_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int6
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// Fused SiLU-and-mul + MXFP8 / NVFP4 quantization through device addresses
+// (fp8quant_silu_mul_mxfp8, fp8quant_silu_mul_nvfp4).
+void silu_mul_mxfp8_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t n, int64_t x_batch_stride,
+                        int64_t x_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                        uintptr_t m_indices, uintptr_t used_rows, uintptr_t masked_m, int64_t align, uintptr_t scale,
+                        int scale_layout, int recipe, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
+  const fp8quant_status_t status = fp8quant_silu_mul_mxfp8(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, n, x_batch_stride,
+      x_row_stride, i32(m_indices), i32(used_rows), i32(masked_m), align, reinterpret_cast<void*>(q), q_batch_stride,
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_mx_scale_layout_t>(scale_layout),
+      static_cast<fp8quant_mx_recipe_t>(recipe), reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+void silu_mul_nvfp4_ptr(uintptr_t x, int x_dtype, int64_t batch, int64_t m, int64_t n, int64_t x_batch_stride,
+                        int64_t x_row_stride, uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride,
+                        uintptr_t m_indices, uintptr_t used_rows, uintptr_t masked_m, int64_t align, uintptr_t scale,
+                        int scale_layout, uintptr_t global_scale, int64_t global_scales, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
+  const fp8quant_status_t status = fp8quant_silu_mul_nvfp4(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), batch, m, n, x_batch_stride,
+      x_row_stride, i32(m_indices), i32(used_rows), i32(masked_m), align, reinterpret_cast<void*>(q), q_batch_stride,
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_mx_scale_layout_t>(scale_layout),
+      reinterpret_cast<const float*>(global_scale), global_scales, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // Fused MoE dispatch + group quantization through device addresses (fp8quant_moe_dispatch_quant).
 void moe_dispatch_quant_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride,
                             uintptr_t slot_rows, int64_t k, uintptr_t counts, uintptr_t row_offsets, int64_t experts,
@@ -222,6 +250,31 @@ void rms_norm_quant_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int d
       static_cast<fp8quant_dtype_t>(dtype), m, h, x_row_stride, residual_row_stride, eps, reinterpret_cast<void*>(q),
       q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_scale_layout_t>(layout), ue8m0 ? 1 : 0,
       group_size, quant_eps, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+// Fused RMSNorm + MXFP8 / NVFP4 quantization through device addresses (fp8quant_rms_norm_mxfp8,
+// fp8quant_rms_norm_nvfp4).
+void rms_norm_mxfp8_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int dtype, int64_t m, int64_t h,
+                        int64_t x_row_stride, int64_t residual_row_stride, float eps, uintptr_t q,
+                        int64_t q_row_stride, uintptr_t scale, int scale_layout, int recipe, uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_rms_norm_mxfp8(
+      reinterpret_cast<const void*>(x), reinterpret_cast<void*>(residual), reinterpret_cast<const void*>(weight),
+      static_cast<fp8quant_dtype_t>(dtype), m, h, x_row_stride, residual_row_stride, eps, reinterpret_cast<void*>(q),
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_mx_scale_layout_t>(scale_layout),
+      static_cast<fp8quant_mx_recipe_t>(recipe), reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
+void rms_norm_nvfp4_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int dtype, int64_t m, int64_t h,
+                        int64_t x_row_stride, int64_t residual_row_stride, float eps, uintptr_t q,
+                        int64_t q_row_stride, uintptr_t scale, int scale_layout, uintptr_t global_scale,
+                        uintptr_t stream) {
+  const fp8quant_status_t status = fp8quant_rms_norm_nvfp4(
+      reinterpret_cast<const void*>(x), reinterpret_cast<void*>(residual), reinterpret_cast<const void*>(weight),
+      static_cast<fp8quant_dtype_t>(dtype), m, h, x_row_stride, residual_row_stride, eps, reinterpret_cast<void*>(q),
+      q_row_stride, reinterpret_cast<void*>(scale), static_cast<fp8quant_mx_scale_layout_t>(scale_layout),
+      reinterpret_cast<const float*>(global_scale), reinterpret_cast<cudaStream_t>(stream));
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
@@ -357,6 +410,25 @@ NB_MODULE(_C, mod) {
           nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"), nb::arg("ue8m0"),
           nb::arg("group_size"), nb::arg("eps"), nb::arg("stream"),
           "fp8quant_moe_dispatch_quant on device addresses (row_offsets 0 for the masked layout).");
+  mod.def("silu_mul_mxfp8_ptr", &silu_mul_mxfp8_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
+          nb::arg("n"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("used_rows"), nb::arg("masked_m"), nb::arg("align"),
+          nb::arg("scale"), nb::arg("scale_layout"), nb::arg("recipe"), nb::arg("stream"),
+          "fp8quant_silu_mul_mxfp8 on device addresses (0 for an absent index array).");
+  mod.def("silu_mul_nvfp4_ptr", &silu_mul_nvfp4_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("batch"), nb::arg("m"),
+          nb::arg("n"), nb::arg("x_batch_stride"), nb::arg("x_row_stride"), nb::arg("q"), nb::arg("q_batch_stride"),
+          nb::arg("q_row_stride"), nb::arg("m_indices"), nb::arg("used_rows"), nb::arg("masked_m"), nb::arg("align"),
+          nb::arg("scale"), nb::arg("scale_layout"), nb::arg("global_scale"), nb::arg("global_scales"),
+          nb::arg("stream"), "fp8quant_silu_mul_nvfp4 on device addresses (0 for an absent index array).");
+  mod.def("rms_norm_mxfp8_ptr", &rms_norm_mxfp8_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"),
+          nb::arg("dtype"), nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"),
+          nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"),
+          nb::arg("recipe"), nb::arg("stream"), "fp8quant_rms_norm_mxfp8 on device addresses (residual 0 for none).");
+  mod.def("rms_norm_nvfp4_ptr", &rms_norm_nvfp4_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"),
+          nb::arg("dtype"), nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"),
+          nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"),
+          nb::arg("global_scale"), nb::arg("stream"),
+          "fp8quant_rms_norm_nvfp4 on device addresses (residual 0 for none).");
   mod.def("rms_norm_ptr", &rms_norm_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("dtype"),
           nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"), nb::arg("eps"),
           nb::arg("y"), nb::arg("y_row_stride"), nb::arg("stream"),

@@ -25,7 +25,16 @@ from .gemm import (
     select_backend,
 )
 from .layouts import SCALE_FORMATS, SCALE_LAYOUTS, ScaleSpec, empty_scale, scale_spec
-from .moe import MoeBounds, moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .moe import (
+    MoeBounds,
+    moe_bounds,
+    moe_combine,
+    moe_dispatch_quant,
+    moe_routing,
+    silu_mul_mxfp8,
+    silu_mul_nvfp4,
+    silu_mul_quant,
+)
 from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
 from .mx import (
     MX_RECIPES,
@@ -36,7 +45,7 @@ from .mx import (
     nvfp4_global_scale,
     nvfp4_quant,
 )
-from .norm import rms_norm, rms_norm_quant
+from .norm import rms_norm, rms_norm_mxfp8, rms_norm_nvfp4, rms_norm_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .quant import per_token_group_quant
 from .recipes import RECIPES, ActivationFormat, Recipe, WeightFormat, recipe
@@ -90,10 +99,14 @@ __all__ = [
     "reference",
     "requantize_ue8m0",
     "rms_norm",
+    "rms_norm_mxfp8",
+    "rms_norm_nvfp4",
     "rms_norm_quant",
     "scale_spec",
     "select_backend",
     "set_pdl",
+    "silu_mul_mxfp8",
+    "silu_mul_nvfp4",
     "silu_mul_quant",
     "sm100_weight_scales",
     "unpack_ue8m0",

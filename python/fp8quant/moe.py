@@ -21,9 +21,19 @@ from ._checks import (
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta, tracing
 from .layouts import scale_buffer
+from .mx import MX_LAYOUT_CODES, MX_RECIPE_CODES, block_scaled_outputs, check_global_scale, check_mx_options
 from .routing import MoeRouting
 
-__all__ = ["MoeBounds", "moe_bounds", "moe_combine", "moe_dispatch_quant", "moe_routing", "silu_mul_quant"]
+__all__ = [
+    "MoeBounds",
+    "moe_bounds",
+    "moe_combine",
+    "moe_dispatch_quant",
+    "moe_routing",
+    "silu_mul_mxfp8",
+    "silu_mul_nvfp4",
+    "silu_mul_quant",
+]
 
 
 _ROWS_OVERFLOW, _MAX_M_OVERFLOW = 1, 2  # fp8quant_routing_status_t bits
@@ -289,15 +299,8 @@ def _silu_reference(
     x: torch.Tensor, m_indices: torch.Tensor, used_rows: torch.Tensor, masked_m: torch.Tensor, align: int, group_size: int, scale_layout: str,
     ue8m0: bool, eps: float,
 ):  # fmt: skip
-    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling);
-    rows at or past ``used_rows`` count as padding, whatever m_indices holds there."""
-    if m_indices.numel() and used_rows.numel():
-        rows = torch.arange(m_indices.numel(), device=m_indices.device)
-        m_indices = torch.where(rows < used_rows.to(m_indices.device), m_indices, -1)
-    return reference.silu_mul_quant(
-        x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps,
-        m_indices=m_indices if m_indices.numel() else None, masked_m=masked_m if masked_m.numel() else None,
-    )  # fmt: skip
+    return reference.silu_mul_quant(x, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps,
+                                    **_reference_rows(m_indices, used_rows, masked_m))  # fmt: skip
 
 
 _silu = Op("silu_mul_quant", ("q", "scale"), _silu_geometry, _silu_launch, _silu_reference)
@@ -344,18 +347,30 @@ def silu_mul_quant(
     grouped GEMM's tile reads them (contiguous: below M_sum; masked: below the tile boundary)
     and untouched past that. The CPU path writes zeros there.
     """
+    check_moe_group_size(group_size, "silu_mul_quant")
+    _check_silu_input(x, group_size, "group_size")
+    check_eps(eps)
+    ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
+    rows = _silu_rows(x, m_indices, row_offsets, masked_m, align)
+    return _silu(x, *rows, align, group_size, scale_layout, ue8m0, float(eps), out=out)
+
+
+def _check_silu_input(x: torch.Tensor, group: int, group_name: str = "the group size") -> None:
+    """x [M, 2N] or [E, max_m, 2N], last dimension contiguous, N a positive multiple of ``group``."""
     if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() not in (2, 3) or x.shape[-1] % 2:
         raise TypeError(
             "x must be a bfloat16, float16 or float32 tensor [M, 2N] or [E, max_m, 2N] (even last dimension)"
         )
-    check_moe_group_size(group_size, "silu_mul_quant")
     n = x.shape[-1] // 2
-    if n == 0 or n % group_size:
-        raise ValueError(f"x.shape[-1] / 2 (N={n}) must be a positive multiple of group_size ({group_size})")
+    if n == 0 or n % group:
+        raise ValueError(f"x.shape[-1] / 2 (N={n}) must be a positive multiple of {group_name} ({group})")
     if x.numel() > 0 and x.stride(-1) != 1:
         raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
-    check_eps(eps)
-    ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
+
+
+def _silu_rows(x: torch.Tensor, m_indices, row_offsets, masked_m, align: int) -> tuple[torch.Tensor, ...]:
+    """The MoE row arguments of the SiLU-and-mul ops, checked: ``(m_indices, used_rows, masked_m)``,
+    each an int32 tensor on x's device, empty where not given (used_rows: ``row_offsets[E]``)."""
     if m_indices is not None and masked_m is not None:
         raise ValueError("give m_indices (contiguous layout) or masked_m (masked layout), not both")
     if row_offsets is not None and m_indices is None:
@@ -375,10 +390,148 @@ def silu_mul_quant(
             raise ValueError("row_offsets must be the routing's int32 tensor [E + 1]")
         _index_tensor("row_offsets", row_offsets, tuple(row_offsets.shape), x)
         used_rows = row_offsets[-1:]
-    return _silu(
-        x, empty if m_indices is None else m_indices, used_rows, empty if masked_m is None else masked_m, align,
-        group_size, scale_layout, ue8m0, float(eps), out=out,
+    return empty if m_indices is None else m_indices, used_rows, empty if masked_m is None else masked_m
+
+
+# --- silu_mul_mxfp8, silu_mul_nvfp4 --------------------------------------------------------------
+
+
+def _silu_mx_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    return block_scaled_outputs((*x.shape[:-1], x.shape[-1] // 2), "mxfp8", rest[-1])
+
+
+def _silu_fp4_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    return block_scaled_outputs((*x.shape[:-1], x.shape[-1] // 2), "nvfp4", rest[-1])
+
+
+def _silu_block_launch(entry, x, m_indices, used_rows, masked_m, q, scale, align: int, *tail) -> None:
+    """x's rows as [gate | up], n = K / 2 passed apart; ``tail`` ends the C call's arguments."""
+    shape, xs, qs = x.shape, x.stride(), q.stride()
+    batch, x_batch, q_batch = (1, 0, 0) if len(shape) == 2 else (shape[0], xs[0], qs[0])
+    ptr = lambda t: t.data_ptr() if t.numel() else 0
+    launch(
+        entry, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], batch, shape[-2], shape[-1] // 2, x_batch, xs[-2],
+        q.data_ptr(), q_batch, qs[-2], ptr(m_indices), ptr(used_rows), ptr(masked_m), align, scale.data_ptr(), *tail,
     )  # fmt: skip
+
+
+def _silu_mx_launch(x, m_indices, used_rows, masked_m, q, scale, align, recipe, scale_layout) -> None:
+    _silu_block_launch(extension().silu_mul_mxfp8_ptr, x, m_indices, used_rows, masked_m, q, scale, align,
+                       MX_LAYOUT_CODES[scale_layout], MX_RECIPE_CODES[recipe])  # fmt: skip
+
+
+def _silu_fp4_launch(x, m_indices, used_rows, masked_m, global_scale, q, scale, align, scale_layout) -> None:
+    _silu_block_launch(extension().silu_mul_nvfp4_ptr, x, m_indices, used_rows, masked_m, q, scale, align,
+                       MX_LAYOUT_CODES[scale_layout], global_scale.data_ptr(), global_scale.numel())  # fmt: skip
+
+
+def _reference_rows(m_indices: torch.Tensor, used_rows: torch.Tensor, masked_m: torch.Tensor) -> dict:
+    """The reference's row arguments: rows at or past ``used_rows`` count as padding, whatever
+    m_indices holds there (the reference writes zeros wherever the kernel leaves a byte unwritten)."""
+    if m_indices.numel() and used_rows.numel():
+        rows = torch.arange(m_indices.numel(), device=m_indices.device)
+        m_indices = torch.where(rows < used_rows.to(m_indices.device), m_indices, -1)
+    return {"m_indices": m_indices if m_indices.numel() else None, "masked_m": masked_m if masked_m.numel() else None}
+
+
+def _silu_mx_reference(
+    x: torch.Tensor, m_indices: torch.Tensor, used_rows: torch.Tensor, masked_m: torch.Tensor, align: int, recipe: str,
+    scale_layout: str,
+):  # fmt: skip
+    return reference.silu_mul_mxfp8(x, recipe=recipe, scale_layout=scale_layout,
+                                    **_reference_rows(m_indices, used_rows, masked_m))  # fmt: skip
+
+
+def _silu_fp4_reference(
+    x: torch.Tensor, m_indices: torch.Tensor, used_rows: torch.Tensor, masked_m: torch.Tensor,
+    global_scale: torch.Tensor, align: int, scale_layout: str,
+):  # fmt: skip
+    return reference.silu_mul_nvfp4(x, global_scale, scale_layout=scale_layout,
+                                    **_reference_rows(m_indices, used_rows, masked_m))  # fmt: skip
+
+
+_silu_mx = Op("silu_mul_mxfp8", ("q", "scale"), _silu_mx_geometry, _silu_mx_launch, _silu_mx_reference)
+_silu_fp4 = Op("silu_mul_nvfp4", ("q", "scale"), _silu_fp4_geometry, _silu_fp4_launch, _silu_fp4_reference)
+
+
+def silu_mul_mxfp8(
+    x: torch.Tensor,
+    *,
+    recipe: str = "rceil",
+    scale_layout: str = "swizzled",
+    m_indices: torch.Tensor | None = None,
+    row_offsets: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+    align: int = 128,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``silu(gate) * up`` of ``x [M, 2N]`` (or ``[E, max_m, 2N]``), rounded to x's dtype and
+    quantized to MXFP8 in one pass: the bytes of ``mxfp8_quant(reference.silu_and_mul(x))``
+    (docs/contract.md, "MXFP8").
+
+    Args:
+        x: bfloat16, float16 or float32, last dimension contiguous, N a multiple of 32.
+        recipe, scale_layout: as :func:`fp8quant.mxfp8_quant`.
+        m_indices, row_offsets, masked_m, align: the MoE layouts' rows, as
+            :func:`silu_mul_quant` (a tile of the swizzled layout is 128 rows: keep ``align`` a
+            multiple of 128 there).
+        out: optional ``(q, scale)`` of exactly the shapes and dtypes returned.
+
+    Returns:
+        ``(q, scale)``: q float8_e4m3fn ``[*, M, N]``, scale float8_e8m0fnu. Padding rows as
+        :func:`silu_mul_quant`: not read, q not written, scale bytes 0 inside a tile, untouched
+        past it; the CPU path writes zeros there.
+
+    Example::
+
+        q, scale = fp8quant.silu_mul_mxfp8(y1, masked_m=routing.counts)
+    """
+    _check_silu_input(x, 32)
+    check_mx_options(scale_layout, recipe)
+    rows = _silu_rows(x, m_indices, row_offsets, masked_m, align)
+    return _silu_mx(x, *rows, align, recipe, scale_layout, out=out)
+
+
+def silu_mul_nvfp4(
+    x: torch.Tensor,
+    global_scale: torch.Tensor,
+    *,
+    scale_layout: str = "swizzled",
+    m_indices: torch.Tensor | None = None,
+    row_offsets: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+    align: int = 128,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``silu(gate) * up`` of ``x [M, 2N]`` (or ``[E, max_m, 2N]``), rounded to x's dtype and
+    quantized to NVFP4 in one pass: the bytes of ``nvfp4_quant(reference.silu_and_mul(x),
+    global_scale)`` (docs/contract.md, "NVFP4").
+
+    Args:
+        x: bfloat16, float16 or float32, last dimension contiguous, N a multiple of 16.
+        global_scale: float32 encode scales on x's device (calibrated: the kernel quantizes each
+            row as it computes it): ``[]`` for every row, or ``[E]``, one per expert: of each
+            batch of the masked layout, or of each row's expert ``m_indices[r]`` in the
+            contiguous layout (every expert index below E).
+        scale_layout, m_indices, row_offsets, masked_m, align: as :func:`silu_mul_mxfp8`.
+        out: optional ``(q, scale)`` of exactly the shapes and dtypes returned.
+
+    Returns:
+        ``(q, scale)``: q uint8 ``[*, M, N / 2]`` (two e2m1 codes a byte), scale float8_e4m3fn.
+
+    Example::
+
+        q, scale = fp8quant.silu_mul_nvfp4(y1, a2_global_scale, m_indices=routing.m_indices,
+                                           row_offsets=routing.row_offsets)
+    """
+    _check_silu_input(x, 16)
+    check_mx_options(scale_layout)
+    rows = _silu_rows(x, m_indices, row_offsets, masked_m, align)
+    per_expert = (x.shape[0],) if x.dim() == 3 else None  # masked: one per batch
+    if m_indices is not None and isinstance(global_scale, torch.Tensor) and global_scale.dim() == 1:
+        per_expert = (max(global_scale.shape[0], 1),)  # contiguous: any number of experts, at least one
+    global_scale = check_global_scale(global_scale, x.device, ((),) if per_expert is None else ((), per_expert))
+    return _silu_fp4(x, rows[0], rows[1], rows[2], global_scale, align, scale_layout, out=out)
 
 
 # --- moe_dispatch_quant --------------------------------------------------------------------------

@@ -26,34 +26,56 @@ __all__ = [
     "nvfp4_quant",
 ]
 
-_LAYOUT_CODES = {"row": 0, "swizzled": 1}  # fp8quant_mx_scale_layout_t
-_RECIPE_CODES = {"rceil": 0, "floor": 1}  # fp8quant_mx_recipe_t
+MX_LAYOUT_CODES = {"row": 0, "swizzled": 1}  # fp8quant_mx_scale_layout_t
+MX_RECIPE_CODES = {"rceil": 0, "floor": 1}  # fp8quant_mx_recipe_t
 _E8M0 = torch.float8_e8m0fnu
 
 
-def _check_block_input(x: torch.Tensor, group: int, scale_layout: str, shapes: str) -> None:
-    """What both ops need of x (check_block_rows) and the layout (one of MX_SCALE_LAYOUTS)."""
-    check_block_rows(x, group, shapes)
+def check_mx_options(scale_layout: str, recipe: str | None = None) -> None:
+    """``scale_layout`` one of MX_SCALE_LAYOUTS and, where given, ``recipe`` one of MX_RECIPES."""
     if scale_layout not in MX_SCALE_LAYOUTS:
         raise ValueError(f"scale_layout must be one of {MX_SCALE_LAYOUTS}, got {scale_layout!r}")
+    if recipe is not None and recipe not in MX_RECIPES:
+        raise ValueError(f"recipe must be one of {MX_RECIPES}, got {recipe!r}")
 
 
-def _scale_buffer(x: TensorMeta, group: int, scale_layout: str, dtype: torch.dtype) -> Buffer:
-    """The scale bytes of x's groups in ``scale_layout``: one contiguous buffer, padding included."""
-    *batch, m, k = x.shape
-    rows, cols = (m, k // group) if scale_layout == "row" else swizzled_shape(m, k // group)
-    return Buffer.contiguous(dtype, (*batch, rows, cols), "(the whole scale buffer, contiguous)")
+def check_global_scale(global_scale, device: torch.device, shapes: tuple[tuple, ...]) -> torch.Tensor:
+    """NVFP4's encode scale: a float32 tensor on ``device`` of one of ``shapes``, returned contiguous."""
+    if (
+        not isinstance(global_scale, torch.Tensor)
+        or global_scale.dtype != torch.float32
+        or global_scale.device != device
+        or tuple(global_scale.shape) not in shapes
+    ):
+        want = " or ".join(f"[{', '.join(map(str, s))}]" for s in shapes)
+        raise ValueError(f"global_scale must be a float32 tensor {want} on {device}, got "
+                         f"{getattr(global_scale, 'dtype', type(global_scale).__name__)} "
+                         f"{tuple(getattr(global_scale, 'shape', ()))}")  # fmt: skip
+    return global_scale.contiguous()
+
+
+def block_scaled_outputs(shape: tuple, fmt: str, scale_layout: str) -> tuple[Buffer, Buffer]:
+    """The outputs of a quantization of values ``shape [*, M, K]`` to ``fmt`` (``"mxfp8"`` or
+    ``"nvfp4"``): q (float8_e4m3fn like the values, or uint8 ``[*, M, K / 2]``; row-major, any row
+    and batch strides with ``out=``) and the scale bytes in ``scale_layout``, one contiguous buffer
+    with its padding."""
+    *batch, m, k = shape
+    fp4 = fmt == "nvfp4"
+    num_groups = k // (NVFP4_GROUP if fp4 else MX_GROUP)
+    rows, cols = (m, num_groups) if scale_layout == "row" else swizzled_shape(m, num_groups)
+    q = Buffer(torch.uint8, (*batch, m, k // 2)) if fp4 else Buffer(FP8_DTYPE, tuple(shape))
+    scale = Buffer.contiguous(FP8_DTYPE if fp4 else _E8M0, (*batch, rows, cols), "(the whole scale buffer, contiguous)")
+    return q, scale
 
 
 def _geometry(x: TensorMeta, recipe: str, scale_layout: str) -> tuple[Buffer, Buffer]:
-    """q like x (row-major, any row and batch strides with ``out=``); the scale bytes."""
-    return Buffer(FP8_DTYPE, x.shape), _scale_buffer(x, MX_GROUP, scale_layout, _E8M0)
+    return block_scaled_outputs(x.shape, "mxfp8", scale_layout)
 
 
 def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, recipe: str, scale_layout: str) -> None:
     """Enqueue the kernel on x's device and current stream; the C API checks every value."""
     launch_rows(
-        _extension().mxfp8_quant_ptr, x, q, scale.data_ptr(), _LAYOUT_CODES[scale_layout], _RECIPE_CODES[recipe]
+        _extension().mxfp8_quant_ptr, x, q, scale.data_ptr(), MX_LAYOUT_CODES[scale_layout], MX_RECIPE_CODES[recipe]
     )
 
 
@@ -90,9 +112,8 @@ def mxfp8_quant(
 
         q, scale = fp8quant.mxfp8_quant(x)             # for torch._scaled_mm / cuBLASLt MXFP8
     """
-    _check_block_input(x, MX_GROUP, scale_layout, "2-D [M, K] or 3-D [B, M, K]")
-    if recipe not in MX_RECIPES:
-        raise ValueError(f"recipe must be one of {MX_RECIPES}, got {recipe!r}")
+    check_block_rows(x, MX_GROUP, "2-D [M, K] or 3-D [B, M, K]")
+    check_mx_options(scale_layout, recipe)
     return _quant(x, recipe, scale_layout, out=out)
 
 
@@ -100,14 +121,12 @@ def mxfp8_quant(
 
 
 def _fp4_geometry(x: TensorMeta, global_scale: TensorMeta, scale_layout: str) -> tuple[Buffer, Buffer]:
-    """q [*, M, K / 2] bytes (row-major, any row and batch strides with ``out=``); the scale bytes."""
-    return Buffer(torch.uint8, (*x.shape[:-1], x.shape[-1] // 2)), _scale_buffer(x, NVFP4_GROUP, scale_layout,
-                                                                                  FP8_DTYPE)  # fmt: skip
+    return block_scaled_outputs(x.shape, "nvfp4", scale_layout)
 
 
 def _fp4_launch(x, global_scale, q, scale, scale_layout: str) -> None:
     """Enqueue the kernel on x's device and current stream; the C API checks every value."""
-    launch_rows(_extension().nvfp4_quant_ptr, x, q, scale.data_ptr(), _LAYOUT_CODES[scale_layout],
+    launch_rows(_extension().nvfp4_quant_ptr, x, q, scale.data_ptr(), MX_LAYOUT_CODES[scale_layout],
                 global_scale.data_ptr(), global_scale.dim() == 1)  # fmt: skip
 
 
@@ -145,20 +164,10 @@ def nvfp4_quant(
 
         q, scale, s_enc = fp8quant.nvfp4_quant(x)
     """
-    _check_block_input(x, NVFP4_GROUP, scale_layout, "2-D [M, K] or 3-D [E, M, K]")
+    check_block_rows(x, NVFP4_GROUP, "2-D [M, K] or 3-D [E, M, K]")
+    check_mx_options(scale_layout)
     if global_scale is None:
         global_scale = nvfp4_global_scale(x)
-    per_batch = (x.shape[0],) if x.dim() == 3 else None
-    if (
-        not isinstance(global_scale, torch.Tensor)
-        or global_scale.dtype != torch.float32
-        or global_scale.device != x.device
-        or tuple(global_scale.shape) not in ((), per_batch)
-    ):
-        want = "[]" + (f" or [{x.shape[0]}]" if per_batch else "")
-        raise ValueError(f"global_scale must be a float32 tensor {want} on {x.device}, got "
-                         f"{getattr(global_scale, 'dtype', type(global_scale).__name__)} "
-                         f"{tuple(getattr(global_scale, 'shape', ()))}")  # fmt: skip
-    global_scale = global_scale.contiguous()
+    global_scale = check_global_scale(global_scale, x.device, ((), (x.shape[0],)) if x.dim() == 3 else ((),))
     q, scale = _fp4(x, global_scale, scale_layout, out=out)
     return q, scale, global_scale

@@ -1,5 +1,6 @@
 """RMSNorm, after an optional residual add, written in the input's dtype (:func:`rms_norm`) or
-quantized to FP8 in groups in the same pass (:func:`rms_norm_quant`): each op declared once
+quantized in the same pass: to FP8 in groups (:func:`rms_norm_quant`), to MXFP8
+(:func:`rms_norm_mxfp8`) or to NVFP4 (:func:`rms_norm_nvfp4`). Each op is declared once
 (``fp8quant._ops.Op``), without and with the residual, which the kernel updates in place.
 Numerics: docs/contract.md, "RMSNorm"."""
 
@@ -12,8 +13,11 @@ from ._checks import FP8_DTYPE, NORM_MAX_H, check_norm_args, check_quant_args, r
 from ._ext import DTYPE_CODES, LAYOUT_CODES, extension, launch
 from ._ops import Buffer, Op, TensorMeta
 from .layouts import scale_buffer
+from .mx import MX_LAYOUT_CODES, MX_RECIPE_CODES, block_scaled_outputs, check_global_scale, check_mx_options
+from .reference.mx import MX_GROUP
+from .reference.nvfp4 import NVFP4_GROUP
 
-__all__ = ["rms_norm", "rms_norm_quant"]
+__all__ = ["rms_norm", "rms_norm_mxfp8", "rms_norm_nvfp4", "rms_norm_quant"]
 
 
 # --- the ops ---------------------------------------------------------------------------------------
@@ -92,6 +96,67 @@ _add_norm_quant = Op(
     _add_norm_quant_reference,
     mutates=("residual",),
 )
+
+
+# Quantized to MXFP8 or NVFP4 (the encode scale an input), without and with the residual
+
+
+def _mx_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    return block_scaled_outputs(x.shape, "mxfp8", rest[-1])
+
+
+def _fp4_geometry(x: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    return block_scaled_outputs(x.shape, "nvfp4", rest[-1])
+
+
+def _launch_mx(x, residual, weight, q, scale, eps, recipe, scale_layout) -> None:
+    launch(
+        extension().rms_norm_mxfp8_ptr, x.get_device(), *_row_args(x, residual, weight, eps), q.data_ptr(),
+        q.stride(0), scale.data_ptr(), MX_LAYOUT_CODES[scale_layout], MX_RECIPE_CODES[recipe],
+    )  # fmt: skip
+
+
+def _launch_fp4(x, residual, weight, global_scale, q, scale, eps, scale_layout) -> None:
+    launch(
+        extension().rms_norm_nvfp4_ptr, x.get_device(), *_row_args(x, residual, weight, eps), q.data_ptr(),
+        q.stride(0), scale.data_ptr(), MX_LAYOUT_CODES[scale_layout], global_scale.data_ptr(),
+    )  # fmt: skip
+
+
+def _mx_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, recipe: str, scale_layout: str):
+    return reference.rms_norm_mxfp8(x, weight, eps, recipe=recipe, scale_layout=scale_layout)
+
+
+def _add_mx_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, recipe: str, scale_layout: str
+):  # fmt: skip
+    return reference.rms_norm_mxfp8(x, weight, eps, residual=residual, recipe=recipe, scale_layout=scale_layout)
+
+
+def _fp4_reference(x: torch.Tensor, weight: torch.Tensor, global_scale: torch.Tensor, eps: float, scale_layout: str):
+    return reference.rms_norm_nvfp4(x, weight, global_scale, eps, scale_layout=scale_layout)
+
+
+def _add_fp4_reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, global_scale: torch.Tensor, eps: float, scale_layout: str
+):  # fmt: skip
+    return reference.rms_norm_nvfp4(x, weight, global_scale, eps, residual=residual, scale_layout=scale_layout)
+
+
+def _launch_mx_alone(x, weight, q, scale, *params) -> None:
+    _launch_mx(x, None, weight, q, scale, *params)
+
+
+def _launch_fp4_alone(x, weight, global_scale, q, scale, *params) -> None:
+    _launch_fp4(x, None, weight, global_scale, q, scale, *params)
+
+
+_norm_mx = Op("rms_norm_mxfp8", ("q", "scale"), _mx_geometry, _launch_mx_alone, _mx_reference)
+_add_norm_mx = Op("add_rms_norm_mxfp8", ("q", "scale"), _mx_geometry, _launch_mx, _add_mx_reference,
+                  mutates=("residual",))  # fmt: skip
+_norm_fp4 = Op("rms_norm_nvfp4", ("q", "scale"), _fp4_geometry, _launch_fp4_alone, _fp4_reference)
+_add_norm_fp4 = Op("add_rms_norm_nvfp4", ("q", "scale"), _fp4_geometry, _launch_fp4, _add_fp4_reference,
+                   mutates=("residual",))  # fmt: skip
 
 
 # --- the public functions ------------------------------------------------------------------------
@@ -185,3 +250,85 @@ def rms_norm_quant(
         return _norm_quant(x, weight, *params, out=out)
     q, scale = _add_norm_quant(x, residual, weight, *params, out=out)
     return q, scale, residual
+
+
+def rms_norm_mxfp8(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    recipe: str = "rceil",
+    scale_layout: str = "swizzled",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`rms_norm` and :func:`fp8quant.mxfp8_quant` in one pass: the normalized rows are
+    quantized to MXFP8 (groups of 32, E8M0 scale bytes) without being written, bit for bit the
+    bytes of the two ops one after the other.
+
+    Args:
+        x, weight, eps, residual: as :func:`rms_norm`; H a multiple of 32.
+        recipe, scale_layout: as :func:`fp8quant.mxfp8_quant` (``"swizzled"`` by default: what
+            Blackwell's block-scaled GEMMs read).
+        out: optional ``(q, scale)`` of exactly the shapes and dtypes returned; on the GPU q's
+            rows must be 16-byte aligned.
+
+    Returns:
+        ``(q, scale)``, or ``(q, scale, residual)`` with a residual.
+
+    Example::
+
+        q, scale, residual = fp8quant.rms_norm_mxfp8(x, weight, 1e-6, residual=residual)
+    """
+    _check_block_scaled(x, weight, eps, residual, MX_GROUP)
+    check_mx_options(scale_layout, recipe)
+    if residual is None:
+        return _norm_mx(x, weight, float(eps), recipe, scale_layout, out=out)
+    q, scale = _add_norm_mx(x, residual, weight, float(eps), recipe, scale_layout, out=out)
+    return q, scale, residual
+
+
+def rms_norm_nvfp4(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    global_scale: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    scale_layout: str = "swizzled",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`rms_norm` and :func:`fp8quant.nvfp4_quant` in one pass: the normalized rows are
+    quantized to NVFP4 (groups of 16, e2m1 two to a byte, e4m3 scale bytes) without being
+    written, bit for bit the bytes of the two ops one after the other.
+
+    Args:
+        x, weight, eps, residual: as :func:`rms_norm`.
+        global_scale: the float32 encode scale ``[]`` on x's device: a calibrated value (the
+            kernel quantizes each row as it normalizes it, before the tensor's amax is known).
+        scale_layout: as :func:`fp8quant.nvfp4_quant`.
+        out: optional ``(q, scale)`` of exactly the shapes and dtypes returned; on the GPU q's
+            rows must be 8-byte aligned.
+
+    Returns:
+        ``(q, scale)``, or ``(q, scale, residual)`` with a residual; dequantize with
+        ``value * scale / global_scale``.
+
+    Example::
+
+        q, scale = fp8quant.rms_norm_nvfp4(x, weight, input_global_scale, 1e-6)
+    """
+    _check_block_scaled(x, weight, eps, residual, NVFP4_GROUP)
+    check_mx_options(scale_layout)
+    global_scale = check_global_scale(global_scale, x.device, ((),))
+    if residual is None:
+        return _norm_fp4(x, weight, global_scale, float(eps), scale_layout, out=out)
+    q, scale = _add_norm_fp4(x, residual, weight, global_scale, float(eps), scale_layout, out=out)
+    return q, scale, residual
+
+
+def _check_block_scaled(x, weight, eps, residual, group: int) -> None:
+    """What the block-scaled norms need: :func:`rms_norm`'s checks and H a multiple of the group."""
+    _check(x, weight, eps, residual)
+    if x.shape[1] % group:
+        raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a multiple of {group}")

@@ -1,9 +1,12 @@
 // C API of the MoE kernels: validate every argument, then dispatch on the device's architecture.
+// SiLU-and-mul quantizes through the group quantizer's body (FP8) or the block-scaled one (MXFP8,
+// NVFP4).
 #include "fp8quant/moe.h"
 
 #include <cstdint>
 #include <string>
 
+#include "api/block_scaled.hpp"
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "api/group_quant.hpp"
@@ -29,6 +32,39 @@ struct Span {
   const void* ptr;
   int64_t bytes;
 };
+
+// The SiLU-and-mul source of x [batch, m, 2n] shared by silu_mul_quant and its block-scaled
+// forms: the checks of its MoE row arguments, then the source the quantizer bodies read.
+fp8quant_status_t silu_source(int64_t batch, int64_t m, int64_t n, const int32_t* m_indices, const int32_t* used_rows,
+                              const int32_t* masked_m, int64_t align, GroupSource* source) {
+  using std::to_string;
+  FP8QUANT_CHECK_ARG(n > 0 && n <= kMaxInt32 / 2, "n",
+                     "must be in [1, " + to_string(kMaxInt32 / 2) + "], got " + to_string(n));
+  FP8QUANT_CHECK_ARG(m_indices == nullptr || masked_m == nullptr, "masked_m",
+                     "give m_indices (contiguous layout) or masked_m (masked layout), not both");
+  FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(used_rows == nullptr || m_indices != nullptr, "used_rows",
+                     "applies to the contiguous layout (m_indices) only");
+  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
+                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
+  for (const Span& index :
+       {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
+  }
+  source->kind = fp8quant::QuantSource::kSiluMul;
+  source->in_batch = batch;
+  source->in_rows = m;
+  source->in_cols = 2 * n;
+  source->up_offset = n;
+  source->row_map = m_indices;
+  source->row_counts = masked_m;
+  source->used_rows = used_rows;
+  source->pad_align = align;
+  source->indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m * 4 : 0};
+  source->indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch * 4 : 0};
+  source->indices[2] = {"used_rows", used_rows, used_rows != nullptr ? 4 : 0};
+  return FP8QUANT_SUCCESS;
+}
 
 }  // namespace
 
@@ -178,37 +214,43 @@ fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtyp
                                           int64_t q_batch_stride, int64_t q_row_stride, void* scale,
                                           fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
                                           float eps, cudaStream_t stream) {
-  using std::to_string;
-  // Values of this op; group_quant checks the rest
-  FP8QUANT_CHECK_ARG(group_size == 128, "group_size", "must be 128 for silu_mul_quant, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(n > 0 && n <= kMaxInt32 / 2, "n",
-                     "must be in [1, " + to_string(kMaxInt32 / 2) + "], got " + to_string(n));
-  FP8QUANT_CHECK_ARG(m_indices == nullptr || masked_m == nullptr, "masked_m",
-                     "give m_indices (contiguous layout) or masked_m (masked layout), not both");
-  FP8QUANT_CHECK_ARG(m_indices == nullptr || batch <= 1, "m_indices", "needs batch == 1, got " + to_string(batch));
-  FP8QUANT_CHECK_ARG(used_rows == nullptr || m_indices != nullptr, "used_rows",
-                     "applies to the contiguous layout (m_indices) only");
-  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
-                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
-  for (const Span& index :
-       {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
-  }
+  FP8QUANT_CHECK_ARG(group_size == 128, "group_size",
+                     "must be 128 for silu_mul_quant, got " + std::to_string(group_size));
   fp8quant::api::GroupSource source;
-  source.kind = fp8quant::QuantSource::kSiluMul;
-  source.in_batch = batch;
-  source.in_rows = m;
-  source.in_cols = 2 * n;
-  source.up_offset = n;
-  source.row_map = m_indices;
-  source.row_counts = masked_m;
-  source.used_rows = used_rows;
-  source.pad_align = align;
-  source.indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m * 4 : 0};
-  source.indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch * 4 : 0};
-  source.indices[2] = {"used_rows", used_rows, used_rows != nullptr ? 4 : 0};
+  FP8QUANT_RETURN_IF_ERROR(silu_source(batch, m, n, m_indices, used_rows, masked_m, align, &source));
   return fp8quant::api::group_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
                                     q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source, stream);
+}
+
+fp8quant_status_t fp8quant_silu_mul_mxfp8(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t n,
+                                          int64_t x_batch_stride, int64_t x_row_stride, const int32_t* m_indices,
+                                          const int32_t* used_rows, const int32_t* masked_m, int64_t align, void* q,
+                                          int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                          fp8quant_mx_scale_layout_t scale_layout, fp8quant_mx_recipe_t recipe,
+                                          cudaStream_t stream) {
+  FP8QUANT_CHECK_ARG(recipe == FP8QUANT_MX_RCEIL || recipe == FP8QUANT_MX_FLOOR, "recipe",
+                     "unknown MX recipe " + std::to_string(recipe));
+  fp8quant::api::GroupSource source;
+  FP8QUANT_RETURN_IF_ERROR(silu_source(batch, m, n, m_indices, used_rows, masked_m, align, &source));
+  const fp8quant::api::BlockScaledOutput out{
+      scale_layout,
+      recipe == FP8QUANT_MX_FLOOR ? fp8quant::BlockFormat::kMxfp8Floor : fp8quant::BlockFormat::kMxfp8Rceil, nullptr,
+      0};
+  return fp8quant::api::block_scaled_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
+                                           q_row_stride, scale, out, source, stream);
+}
+
+fp8quant_status_t fp8quant_silu_mul_nvfp4(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t n,
+                                          int64_t x_batch_stride, int64_t x_row_stride, const int32_t* m_indices,
+                                          const int32_t* used_rows, const int32_t* masked_m, int64_t align, void* q,
+                                          int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+                                          fp8quant_mx_scale_layout_t scale_layout, const float* global_scale,
+                                          int64_t global_scales, cudaStream_t stream) {
+  fp8quant::api::GroupSource source;
+  FP8QUANT_RETURN_IF_ERROR(silu_source(batch, m, n, m_indices, used_rows, masked_m, align, &source));
+  const fp8quant::api::BlockScaledOutput out{scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale, global_scales};
+  return fp8quant::api::block_scaled_quant(x, x_dtype, batch, m, n, x_batch_stride, x_row_stride, q, q_batch_stride,
+                                           q_row_stride, scale, out, source, stream);
 }
 
 fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h,

@@ -1,11 +1,13 @@
 // C API of the block-scaled quantization kernel (MXFP8, NVFP4): validate every argument, then
-// dispatch on the device's architecture.
+// dispatch on the device's architecture. The body (block_scaled_quant, api/block_scaled.hpp) also
+// serves the SiLU-and-mul ops of fp8quant/moe.h.
 #include "fp8quant/mx.h"
 
 #include <cstdint>
 #include <limits>
 #include <string>
 
+#include "api/block_scaled.hpp"
 #include "api/checks.hpp"
 #include "api/device.hpp"
 #include "common/error.hpp"
@@ -21,9 +23,18 @@ constexpr int64_t kMaxUnits = std::numeric_limits<int32_t>::max() - 4096;
 
 int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 
-// The checks every function here shares: the layout, batch, m and the groups per row; on success
-// *rows and *slots are one batch's scale slots, padding included (the swizzled layout pads rows
-// to 128 and groups to 4).
+// k (the argument `name`) as a positive multiple of `group` with at most kMaxUnits groups.
+fp8quant_status_t check_k(int64_t k, int64_t group, const char* name) {
+  using std::to_string;
+  FP8QUANT_CHECK_ARG(k > 0 && k % group == 0 && k / group <= kMaxUnits, name,
+                     "must be a positive multiple of " + to_string(group) + ", got " + to_string(k));
+  return FP8QUANT_SUCCESS;
+}
+
+}  // namespace
+
+namespace fp8quant::api {
+
 fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
                                  int64_t* rows, int64_t* slots) {
   using std::to_string;
@@ -43,49 +54,50 @@ fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_
   return FP8QUANT_SUCCESS;
 }
 
-// k as a positive multiple of `group` with at most kMaxUnits groups.
-fp8quant_status_t check_k(int64_t k, int64_t group) {
-  using std::to_string;
-  FP8QUANT_CHECK_ARG(k > 0 && k % group == 0 && k / group <= kMaxUnits, "k",
-                     "must be a positive multiple of " + to_string(group) + ", got " + to_string(k));
-  return FP8QUANT_SUCCESS;
-}
-
-// Validate and launch a block-scaled quantization of x [batch, m, k] in groups of `group` into
-// q (`q_per_elem` elements a byte) and the scale bytes; NVFP4 reads `global_scale`.
 fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
                                      int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
-                                     int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
-                                     fp8quant::BlockFormat format, const float* global_scale, int per_batch,
-                                     cudaStream_t stream) {
+                                     int64_t q_row_stride, void* scale, const BlockScaledOutput& out,
+                                     const GroupSource& source, cudaStream_t stream) {
   using std::to_string;
-  const bool fp4 = format == fp8quant::BlockFormat::kNvfp4;
+  const bool fp4 = out.format == fp8quant::BlockFormat::kNvfp4;
   const int64_t group = fp4 ? fp8quant::kNvfp4Group : fp8quant::kMxGroup;
   const int64_t elem = dtype_size(x_dtype);
 
   // Values
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
                      "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
-  FP8QUANT_RETURN_IF_ERROR(check_k(k, group));
+  FP8QUANT_RETURN_IF_ERROR(check_k(k, group, source.kind == fp8quant::QuantSource::kSiluMul ? "n" : "k"));
   const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
   int64_t rows = 0, slots = 0;
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups, &rows, &slots));
+  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(out.layout, batch, m, num_groups, &rows, &slots));
+  int64_t global_scales = 0;  // encode scales read (NVFP4)
   if (fp4) {
-    FP8QUANT_CHECK_ARG(global_scale != nullptr, "global_scale", "must not be null");
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(global_scale) % 4 == 0, "global_scale", "must be 4-byte aligned");
+    FP8QUANT_CHECK_ARG(out.global_scale != nullptr, "global_scale", "must not be null");
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(out.global_scale) % 4 == 0, "global_scale",
+                       "must be 4-byte aligned");
+    global_scales = out.global_scales;
+    FP8QUANT_CHECK_ARG(global_scales == 1 || global_scales == batch || (source.row_map != nullptr && global_scales > 1),
+                       "global_scales",
+                       "must be 1, batch (" + to_string(batch) + ") or, with m_indices, the experts' count; got " +
+                           to_string(global_scales));
   }
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
   // Buffers, strides and spans; outputs share no byte with the inputs or with each other (q is
   // checked as k bytes a row, k / 2 for NVFP4's two elements a byte)
   const int64_t scale_bytes = batch * rows * slots;
+  const bool own_rows = source.kind == fp8quant::QuantSource::kRows;
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, batch, m, k, qs, scale, scale_bytes, batch, m, q_cols));
-  if (fp4) {
-    const int64_t gs_bytes = (per_batch ? batch : 1) * 4;
-    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "global_scale", global_scale, gs_bytes));
-    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "global_scale", global_scale, gs_bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, own_rows ? batch : source.in_batch,
+                                                      own_rows ? m : source.in_rows, own_rows ? k : source.in_cols, qs,
+                                                      scale, scale_bytes, batch, m, q_cols));
+  IndexInput inputs[4] = {
+      source.indices[0], source.indices[1], source.indices[2], {"global_scale", out.global_scale, global_scales * 4}};
+  for (const IndexInput& index : inputs) {
+    if (index.bytes == 0) continue;
+    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, index.name, index.ptr, index.bytes));
+    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, index.name, index.ptr, index.bytes));
   }
 
   // Strides that are never stepped over do not constrain the vectorized path
@@ -107,18 +119,26 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   problem.units = static_cast<int32_t>(rows * slots);
   problem.row_slots = fp8quant::FastDivisor(static_cast<uint32_t>(slots));
   problem.dtype = x_dtype;
-  problem.layout = scale_layout;
-  problem.format = format;
-  problem.global_scale = global_scale;
-  problem.global_scale_stride = per_batch ? 1 : 0;
+  problem.layout = out.layout;
+  problem.format = out.format;
+  problem.global_scale = out.global_scale;
+  problem.global_scale_stride = global_scales > 1 ? 1 : 0;
+  problem.global_scale_by_row_expert = global_scales > 1 && source.row_map != nullptr;
   problem.aligned = aligned16(x) && reinterpret_cast<uintptr_t>(q) % q_vec == 0 && xs.row_stride % x_vec == 0 &&
-                    xs.batch_stride % x_vec == 0 && qs.row_stride % q_vec == 0 && qs.batch_stride % q_vec == 0;
+                    xs.batch_stride % x_vec == 0 && source.up_offset % x_vec == 0 && qs.row_stride % q_vec == 0 &&
+                    qs.batch_stride % q_vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
+  problem.source = source.kind;
+  problem.up_offset = source.up_offset;
+  problem.row_map = source.row_map;
+  problem.row_counts = source.row_counts;
+  problem.used_rows = source.used_rows;
+  problem.pad_align = static_cast<int32_t>(source.pad_align);
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,
                                    fp8quant::sm100::block_scaled_quant);
 }
 
-}  // namespace
+}  // namespace fp8quant::api
 
 extern "C" {
 
@@ -142,16 +162,17 @@ fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, 
   const auto format =
       recipe == FP8QUANT_MX_FLOOR ? fp8quant::BlockFormat::kMxfp8Floor : fp8quant::BlockFormat::kMxfp8Rceil;
   return block_scaled_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride, q_row_stride,
-                            scale, scale_layout, format, nullptr, 0, stream);
+                            scale, BlockScaledOutput{scale_layout, format, nullptr, 0}, GroupSource{}, stream);
 }
 
 fp8quant_status_t fp8quant_nvfp4_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
                                        int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
                                        int64_t q_row_stride, void* scale, fp8quant_mx_scale_layout_t scale_layout,
                                        const float* global_scale, int global_scale_per_batch, cudaStream_t stream) {
+  const BlockScaledOutput out{scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale,
+                              global_scale_per_batch != 0 ? batch : 1};
   return block_scaled_quant(x, x_dtype, batch, m, k, x_batch_stride, x_row_stride, q, q_batch_stride, q_row_stride,
-                            scale, scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale,
-                            global_scale_per_batch != 0, stream);
+                            scale, out, GroupSource{}, stream);
 }
 
 }  // extern "C"

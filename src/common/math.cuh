@@ -9,6 +9,16 @@
 #include <cstring>
 #include <type_traits>
 
+// Blackwell's family and arch-specific targets (sm_100f, sm_100a) convert floats to e2m1 and
+// to UE8M0 in hardware (cvt ... e2m1x2, cvt ... ue8m0x2); sm_90a has neither instruction and
+// takes the bit-pattern conversions below, which give the same bytes.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000 && \
+    (defined(__CUDA_ARCH_FAMILY_SPECIFIC__) || defined(__CUDA_ARCH_SPECIFIC__))
+#define FP8QUANT_HW_BLOCK_SCALED_CVT 1
+#else
+#define FP8QUANT_HW_BLOCK_SCALED_CVT 0
+#endif
+
 namespace fp8quant::math {
 
 constexpr float kFp8Max = 448.0f;
@@ -121,6 +131,24 @@ __device__ __forceinline__ uint32_t e2m1_code(float v) {
   uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
   c |= (__float_as_uint(v) >> 28) & 0x8u;
   return a == a ? c : 0x7u;
+}
+
+// The byte of two e2m1 codes, `lo`'s in the low nibble: e2m1_code of each. In hardware where
+// the target has it; NaN is then set to +6 explicitly, so that the bytes never depend on what
+// the instruction makes of a NaN.
+__device__ __forceinline__ uint32_t e2m1x2(float lo, float hi) {
+#if FP8QUANT_HW_BLOCK_SCALED_CVT
+  uint16_t pair;
+  asm("{\n .reg .b8 t;\n cvt.rn.satfinite.e2m1x2.f32 t, %2, %1;\n cvt.u16.u8 %0, t;\n}"
+      : "=h"(pair)
+      : "f"(lo), "f"(hi));
+  uint32_t byte = pair;
+  if (lo != lo) byte = (byte & 0xF0u) | 0x07u;
+  if (hi != hi) byte = (byte & 0x0Fu) | 0x70u;
+  return byte;
+#else
+  return e2m1_code(lo) | (e2m1_code(hi) << 4);
+#endif
 }
 
 // Widen input elements to float.

@@ -45,11 +45,18 @@ __device__ __forceinline__ float finite_abs_max(const float (&v)[kN], float acc 
 // MXFP8's E8M0 scale byte of a group whose finite amax is `amax` (docs/contract.md, "MXFP8").
 // RCEIL: the smallest power of two at or above d = RN(amax / 448), capped at 254 (a subnormal d
 // is byte 0 up to 2^-127 and 1 above; d = 0 is byte 0).
+// In hardware where the target has it (cvt.rp.satfinite.ue8m0x2).
 __device__ __forceinline__ uint32_t e8m0_rceil(float amax) {
+#if FP8QUANT_HW_BLOCK_SCALED_CVT
+  uint16_t pair;
+  asm("cvt.rp.satfinite.ue8m0x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(math::scale_from_amax(amax)));
+  return pair & 0xFFu;
+#else
   const uint32_t bits = __float_as_uint(math::scale_from_amax(amax));
   const uint32_t exponent = bits >> 23;
   if (exponent == 0u) return bits > math::kUE8M0SubnormalBits ? 1u : 0u;
   return min(exponent + ((bits & 0x7FFFFFu) != 0u), 254u);
+#endif
 }
 
 // FLOOR (the OCP MX specification's): exponent(amax) - exponent(448), clamped to [0, 254].

@@ -41,6 +41,16 @@ struct BlockScaledProblem {
   int64_t global_scale_stride;  // NVFP4: floats between batches' encode scales (0: one for all)
   bool aligned;                 // x and q pointers and strides allow 16-byte accesses
   bool pdl;                     // launch with programmatic dependent launch (fp8quant_set_pdl)
+
+  // The SiLU-and-mul source (kSiluMul; kRows reads x's rows): q row r is silu(gate) * up of x's
+  // row r [gate | up], with the MoE layouts' rows as QuantProblem's kSiluMul (moe_rows.cuh)
+  QuantSource source;
+  int64_t up_offset;                // elements from a row's gate half to its up half
+  const int32_t* row_map;           // contiguous layout: m_indices, or null
+  const int32_t* row_counts;        // masked layouts: live rows of each batch, or null
+  const int32_t* used_rows;         // contiguous layout: rows at or past *used_rows are untouched, or null
+  int32_t pad_align;                // masked layouts: rows per tile
+  bool global_scale_by_row_expert;  // NVFP4, contiguous layout: row r's encode scale is global_scale[row_map[r]]
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, BlockScaledProblem)

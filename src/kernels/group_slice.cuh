@@ -183,7 +183,9 @@ __device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, 
   for (int w = 0; w < kElemsPerThread / 8; ++w) {
     uint32_t word = 0u;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) word |= math::e2m1_code(__fmul_rn(v[8 * w + j], factor)) << (4 * j);
+    for (int j = 0; j < 4; ++j) {
+      word |= math::e2m1x2(__fmul_rn(v[8 * w + 2 * j], factor), __fmul_rn(v[8 * w + 2 * j + 1], factor)) << (8 * j);
+    }
     result.q[w] = word;
   }
   return result;

@@ -36,6 +36,7 @@
 #include "common/launch.cuh"
 #include "common/math.cuh"
 #include "kernels/group_slice.cuh"
+#include "kernels/moe_rows.cuh"
 #include "kernels/per_token_group_quant.hpp"
 
 namespace fp8quant::kernels {
@@ -91,11 +92,6 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
   } else {
     if (store_scale && sub == 0) *scale_dst = live ? out.s : 0.0f;
   }
-}
-
-// The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
-__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) {
-  return (count + align - 1) / align * align;
 }
 
 // Destination rows of token `token`'s slots j0 .. j0 + kBatch - 1 (kScatter), -1 past its slots
@@ -196,20 +192,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   bool live = pos.valid, in_tile = pos.in_range;
   if constexpr (kSource == QuantSource::kSiluMul) {
     const int32_t block_first_row = locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
-    if (p.row_counts != nullptr) {
-      const int64_t count = __ldg(p.row_counts + b), end = tile_end(count, p.pad_align);
-      if (block_first_row >= end) return;
-      live = live && pos.m < count;
-      in_tile = in_tile && pos.m < end;
-    } else if (p.row_map != nullptr) {
-      if (p.used_rows != nullptr) {  // rows past M_sum are not touched, whatever m_indices holds there
-        const int32_t used = __ldg(p.used_rows);
-        if (block_first_row >= used) return;
-        live = live && pos.m < used;
-        in_tile = in_tile && pos.m < used;
-      }
-      live = live && __ldg(p.row_map + pos.m) >= 0;
-    }
+    if (narrow_to_moe_rows(p, b, block_first_row, pos.m, live, in_tile)) return;
     // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
     // quantization of zeros below would store, without the work
     if (__all_sync(kFullMask, !live)) {

@@ -23,6 +23,7 @@
 #include "common/error.hpp"
 #include "common/launch.cuh"
 #include "common/math.cuh"
+#include "kernels/block_scaled_group.cuh"
 #include "kernels/group_slice.cuh"
 #include "kernels/rms_norm.hpp"
 
@@ -41,27 +42,12 @@ __device__ __forceinline__ float row_sum_of_squares(float partial, int fold_warp
   return __shfl_sync(kFullMask, total, 0);
 }
 
-template <class Arch, typename T, bool kResidual, bool kQuantize, int kGroupSize, ScaleOrder kOrder, bool kUE8M0>
-__global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_constant__ NormProblem p) {
-  constexpr int kTeam = kGroupSize / kElemsPerThread;
-  constexpr bool kPacked = kOrder == ScaleOrder::kPacked;
-  static_assert(sizeof(T) == 2, "bf16 and fp16 rows");
-  static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
-  __shared__ float warp_totals[32];
-
-  // Locate this thread's slice and group
-  const int32_t m = blockIdx.x;
-  const int32_t slice = threadIdx.x;
-  const bool live = m < p.m && slice < p.slices;
-  const int64_t col = int64_t{slice} * kElemsPerThread;
-  const T* x = static_cast<const T*>(p.x) + m * p.x_row_stride + col;
-  T* residual = static_cast<T*>(p.residual) + m * p.residual_row_stride + col;
-  const T* weight = static_cast<const T*>(p.weight) + col;
-
-  // Wait for the previous kernel's writes; let the next kernel launch
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-
+// Load this thread's slice of a row (x, after adding the residual, which is stored back) and
+// normalize it: y in x's dtype, zeros where the thread holds no data (`live` false). Every
+// thread of the block calls it, after griddepcontrol.wait.
+template <typename T, bool kResidual>
+__device__ __forceinline__ Slice<T> normalize_row(const NormProblem& p, const T* x, T* residual, const T* weight,
+                                                  bool live, float* warp_totals) {
   // Load; add the residual and store the sum back into it
   Slice<T> h, w;
 #pragma unroll
@@ -90,6 +76,31 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
   Slice<T> y;
 #pragma unroll
   for (int i = 0; i < Slice<T>::kWords; ++i) y.w[i] = math::normalize2<T>(h.w[i], r, w.w[i]);
+  return y;
+}
+
+template <class Arch, typename T, bool kResidual, bool kQuantize, int kGroupSize, ScaleOrder kOrder, bool kUE8M0>
+__global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_constant__ NormProblem p) {
+  constexpr int kTeam = kGroupSize / kElemsPerThread;
+  constexpr bool kPacked = kOrder == ScaleOrder::kPacked;
+  static_assert(sizeof(T) == 2, "bf16 and fp16 rows");
+  static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
+  __shared__ float warp_totals[32];
+
+  // Locate this thread's slice and group
+  const int32_t m = blockIdx.x;
+  const int32_t slice = threadIdx.x;
+  const bool live = m < p.m && slice < p.slices;
+  const int64_t col = int64_t{slice} * kElemsPerThread;
+  const T* x = static_cast<const T*>(p.x) + m * p.x_row_stride + col;
+  T* residual = static_cast<T*>(p.residual) + m * p.residual_row_stride + col;
+  const T* weight = static_cast<const T*>(p.weight) + col;
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  const Slice<T> y = normalize_row<T, kResidual>(p, x, residual, weight, live, warp_totals);
 
   if constexpr (!kQuantize) {
     // Store y
@@ -120,11 +131,65 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
   }
 }
 
+// RMSNorm quantized to a block-scaled format (MXFP8, NVFP4): a team of threads quantizes each
+// group of the normalized row, with its scale byte in the MX scale layout. Blocks of the swizzled
+// layout's padding rows, and the threads of its padding slots, store zero bytes.
+template <class Arch, typename T, bool kResidual, BlockFormat kFormat, bool kSwizzled>
+__global__ void __launch_bounds__(kNormMaxThreads) rms_norm_block_scaled_kernel(const __grid_constant__ NormProblem p) {
+  using Format = FormatOf<kFormat>;
+  static_assert(sizeof(T) == 2, "bf16 and fp16 rows");
+  __shared__ float warp_totals[32];
+
+  // Locate this thread's slice and group
+  const int32_t m = blockIdx.x;
+  const int32_t slice = threadIdx.x;
+  const bool live = m < p.m && slice < p.slices;
+  const int32_t c = slice / Format::kTeam;
+  const int64_t col = int64_t{slice} * kElemsPerThread;
+  const T* x = static_cast<const T*>(p.x) + m * p.x_row_stride + col;
+  T* residual = static_cast<T*>(p.residual) + m * p.residual_row_stride + col;
+  const T* weight = static_cast<const T*>(p.weight) + col;
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  const Slice<T> y = normalize_row<T, kResidual>(p, x, residual, weight, live, warp_totals);
+
+  // Reduce amax, scale byte, quantize
+  float global_scale = 0.0f;
+  if constexpr (Format::kFp4) global_scale = __ldg(p.global_scale);
+  const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(y, global_scale);
+
+  // Store q
+  if (live) {
+    uint8_t* q = static_cast<uint8_t*>(p.out) + m * p.out_row_stride + int64_t{slice} * Format::kQBytes;
+    store_block_q<kFormat, true>(q, out);
+  }
+
+  // Store the scale byte: the first thread of each team; padding rows and slots get 0
+  if (slice % Format::kTeam == 0 && c < p.slots) {
+    const bool real = m < p.m && c < p.num_groups;
+    p.scale_bytes[mx_scale_offset<kSwizzled>(p.slots, m, c)] = real ? static_cast<uint8_t>(out.scale) : 0;
+  }
+}
+
 // Launch the kernel of one instantiation on `stream`: one block per row of whole warps.
 template <class Arch, typename T, bool kResidual, bool kQuantize, int kGroupSize, ScaleOrder kOrder, bool kUE8M0>
 fp8quant_status_t launch_rms_norm_as(const NormProblem& problem, cudaStream_t stream) {
   constexpr auto kernel = rms_norm_kernel<Arch, T, kResidual, kQuantize, kGroupSize, kOrder, kUE8M0>;
   const int threads = (problem.slices + 31) / 32 * 32;
+  return cuda_error(launch_with_pdl(kernel, dim3(problem.rows), dim3(threads), stream, problem, problem.pdl),
+                    "kernel launch");
+}
+
+// Launch the block-scaled kernel of one instantiation on `stream`: one block per scale row,
+// threads for every slice and every scale slot.
+template <class Arch, typename T, bool kResidual, BlockFormat kFormat, bool kSwizzled>
+fp8quant_status_t launch_rms_norm_block_scaled_as(const NormProblem& problem, cudaStream_t stream) {
+  constexpr auto kernel = rms_norm_block_scaled_kernel<Arch, T, kResidual, kFormat, kSwizzled>;
+  const int32_t data_threads = max(problem.slices, problem.slots * FormatOf<kFormat>::kTeam);
+  const int threads = (data_threads + 31) / 32 * 32;
   return cuda_error(launch_with_pdl(kernel, dim3(problem.rows), dim3(threads), stream, problem, problem.pdl),
                     "kernel launch");
 }
@@ -137,6 +202,13 @@ fp8quant_status_t launch_rms_norm(const NormProblem& problem, cudaStream_t strea
       return no_kernel_for("dtype", problem.dtype);  // the C API refuses float32
     } else {
       return FP8QUANT_DISPATCH_BOOL(problem.residual != nullptr, kResidual, [&] {
+        if (problem.block_scaled) {
+          return FP8QUANT_DISPATCH_BLOCK_FORMAT(problem.format, kFormat, [&] {
+            return FP8QUANT_DISPATCH_BOOL(problem.mx_layout == FP8QUANT_MX_SCALE_SWIZZLED, kSwizzled, [&] {
+              return launch_rms_norm_block_scaled_as<Arch, T, kResidual, kFormat, kSwizzled>(problem, stream);
+            });
+          });
+        }
         if (!problem.quantize) {
           return launch_rms_norm_as<Arch, T, kResidual, false, 128, ScaleOrder::kRow, false>(problem, stream);
         }

@@ -1,10 +1,13 @@
-// Host-side description of one RMSNorm (optionally after a residual add, optionally quantized in
-// groups), validated by the C API and handed to the launcher of the device's architecture.
+// Host-side description of one RMSNorm (optionally after a residual add, optionally quantized:
+// FP8 in groups, or block-scaled), validated by the C API and handed to the launcher of the
+// device's architecture.
 #pragma once
 
 #include <cstdint>
 
 #include "common/arch.hpp"
+#include "common/scale_order.hpp"
+#include "fp8quant/mx.h"
 #include "fp8quant/norm.h"
 #include "fp8quant/quant.h"
 
@@ -38,6 +41,15 @@ struct NormProblem {
   bool ue8m0;
   bool quantize;  // rms_norm_quant
   bool pdl;       // launch with programmatic dependent launch (fp8quant_set_pdl)
+
+  // Block-scaled output (rms_norm_mxfp8, rms_norm_nvfp4): q in `format`, one scale byte per
+  // group in scale_bytes (mx_layout); `rows` and `slots` are the layout's, padding included
+  bool block_scaled;
+  BlockFormat format;
+  fp8quant_mx_scale_layout_t mx_layout;
+  uint8_t* scale_bytes;
+  int32_t slots;              // scale columns per row: num_groups, or rounded up to 4 when swizzled
+  const float* global_scale;  // NVFP4: the encode scale, on the device
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(rms_norm, NormProblem)

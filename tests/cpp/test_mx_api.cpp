@@ -1,5 +1,6 @@
-// The block-scaled C API (fp8quant_mxfp8_quant, fp8quant_nvfp4_quant, fp8quant_mx_scale_bytes): every refusal names its
-// argument, with cases on both sides of each boundary, and the scale buffer's size in both layouts.
+// The block-scaled C API (fp8quant_mxfp8_quant, fp8quant_nvfp4_quant, fp8quant_mx_scale_bytes, and the fused producers
+// fp8quant_silu_mul_mxfp8 / _nvfp4, fp8quant_rms_norm_mxfp8 / _nvfp4): every refusal names its argument, with cases on
+// both sides of each boundary, and the scale buffer's size in both layouts.
 // No launch: the kernel's bytes are checked against the reference in tests/python/test_mx_gpu.py.
 #include <cstdint>
 
@@ -82,11 +83,87 @@ void test_nvfp4_validation() {
   c = Fp4Call(), c.batch = 3, c.q_batch_stride = 5 * 48, c.per_batch = 1, expect_valid_without_gpu(c);
 }
 
+// SiLU-and-mul into NVFP4: x [5, 2 * 96] bf16, q [5, 48], the MoE rows and encode scales
+struct SiluCall : Fp4Call {
+  const int32_t* m_indices = nullptr;
+  const int32_t* used_rows = nullptr;
+  const int32_t* masked_m = nullptr;
+  int64_t align = 128, global_scales = 1;
+  bool mxfp8 = false;
+
+  SiluCall() { x_row_stride = 2 * 96; }
+
+  fp8quant_status_t run() const {
+    if (mxfp8) {
+      return fp8quant_silu_mul_mxfp8(x, dtype, batch, m, k, x_batch_stride, x_row_stride, m_indices, used_rows,
+                                     masked_m, align, q, q_batch_stride, q_row_stride, scale, layout, recipe, nullptr);
+    }
+    return fp8quant_silu_mul_nvfp4(x, dtype, batch, m, k, x_batch_stride, x_row_stride, m_indices, used_rows, masked_m,
+                                   align, q, q_batch_stride, q_row_stride, scale, layout, global_scale, global_scales,
+                                   nullptr);
+  }
+};
+
+void test_silu_validation() {
+  const int32_t* index = fake_address<const int32_t>(5);
+  SiluCall c;
+  expect_valid_without_gpu(c);
+  c.mxfp8 = true, c.q_row_stride = 96, expect_valid_without_gpu(c);
+  c.k = 80, expect_invalid(c, "n", "multiple of 32");
+  c = SiluCall(), c.k = 88, expect_invalid(c, "n", "multiple of 16");
+  c = SiluCall(), c.m_indices = index, c.global_scales = 8, expect_valid_without_gpu(c);  // one per expert
+  c = SiluCall(), c.global_scales = 8, expect_invalid(c, "global_scales");                // 8 needs m_indices
+  c = SiluCall(), c.global_scales = 0, expect_invalid(c, "global_scales");
+  c = SiluCall(), c.batch = 3, c.x_batch_stride = 5 * 192, c.q_batch_stride = 5 * 48, c.masked_m = index;
+  c.global_scales = 3, expect_valid_without_gpu(c);
+  c = SiluCall(), c.m_indices = index, c.masked_m = index, expect_invalid(c, "masked_m", "not both");
+  c = SiluCall(), c.used_rows = index, expect_invalid(c, "used_rows", "contiguous layout");
+  c = SiluCall(), c.align = 0, expect_invalid(c, "align");
+  c = SiluCall(), c.m_indices = static_cast<const int32_t*>(kFakeQ), expect_invalid(c, "q", "overlaps m_indices");
+}
+
+// RMSNorm into MXFP8 / NVFP4: x [4, 64] bf16, 16-byte aligned rows
+struct NormCall {
+  const void* x = kFakeX;
+  void* residual = nullptr;
+  const void* weight = fake_address<const void>(6);
+  void* q = kFakeQ;
+  void* scale = kFakeScale;
+  int64_t m = 4, h = 64, q_row_stride = 64;
+  fp8quant_mx_scale_layout_t layout = FP8QUANT_MX_SCALE_SWIZZLED;
+  const float* global_scale = nullptr;  // null: MXFP8
+
+  fp8quant_status_t run() const {
+    if (global_scale == nullptr) {
+      return fp8quant_rms_norm_mxfp8(x, residual, weight, FP8QUANT_DTYPE_BFLOAT16, m, h, h, h, 1e-6f, q, q_row_stride,
+                                     scale, layout, FP8QUANT_MX_RCEIL, nullptr);
+    }
+    return fp8quant_rms_norm_nvfp4(x, residual, weight, FP8QUANT_DTYPE_BFLOAT16, m, h, h, h, 1e-6f, q, q_row_stride,
+                                   scale, layout, global_scale, nullptr);
+  }
+};
+
+void test_norm_validation() {
+  const float* encode = fake_address<const float>(4);
+  NormCall c;
+  expect_valid_without_gpu(c);
+  c.h = 48, expect_invalid(c, "h", "multiple of 32");
+  c = NormCall(), c.layout = static_cast<fp8quant_mx_scale_layout_t>(2), expect_invalid(c, "scale_layout");
+  c = NormCall(), c.q_row_stride = 32, c.global_scale = encode, expect_valid_without_gpu(c);  // 8-byte rows suffice
+  c.h = 16, c.q_row_stride = 8, expect_valid_without_gpu(c);
+  c.q_row_stride = 12, expect_invalid(c, "q_row_stride", "8 bytes");
+  c = NormCall(), c.q_row_stride = 32, c.global_scale = static_cast<const float*>(kFakeScale);
+  expect_invalid(c, "scale", "overlaps global_scale");
+  c = NormCall(), c.scale = static_cast<char*>(kFakeQ) + 4 * 64 - 4, expect_invalid(c, "scale", "overlaps q");
+}
+
 }  // namespace
 
 int main() {
   test_scale_bytes();
   test_validation();
   test_nvfp4_validation();
+  test_silu_validation();
+  test_norm_validation();
   return finish("MX API", false);
 }

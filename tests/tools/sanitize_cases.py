@@ -112,6 +112,12 @@ def run_cases() -> tuple[int, int]:
         failures += not check_mx(x, recipe, layout)
         failures += not check_fp4(x, layout)
         cases += 2
+    for shape, layout in (((37, 2 * 96), "swizzled"), ((4, 33, 2 * 64), "row"), ((200, 2 * 512), "swizzled")):
+        failures += not check_block_scaled_silu(shape, layout, gen)
+        cases += 2
+    for m, h, layout, residual in ((1, 96, "swizzled", True), (130, 16384, "row", False), (5, 7168, "swizzled", True)):
+        failures += not check_block_scaled_norm(m, h, layout, residual, gen)
+        cases += 2
     torch.cuda.synchronize()
     return cases, failures
 
@@ -177,6 +183,48 @@ def check_silu(shape, layout: str, gen) -> bool:
     fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs, out=(q, s))  # rows without tokens stay 0
     rq, rs = fp8quant.reference.silu_mul_quant(x, scale_layout=layout, **kwargs)
     return torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+
+
+def check_block_scaled_silu(shape, layout: str, gen) -> bool:
+    """SiLU-and-mul into MXFP8 and NVFP4 (per-expert encode scales), padding rows holding NaN."""
+    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    kwargs = {}
+    if x.dim() == 2:
+        kwargs["m_indices"] = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
+        x[kwargs["m_indices"] < 0] = float("nan")
+        g = torch.tensor([30.0, 500.0], device="cuda")
+    else:
+        kwargs["masked_m"] = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]
+        g = torch.rand(shape[0], device="cuda", generator=gen) * 100 + 1
+    ok = True
+    for run, ref in (
+        (lambda **o: fp8quant.silu_mul_mxfp8(x, scale_layout=layout, **kwargs, **o),
+         lambda: fp8quant.reference.silu_mul_mxfp8(x, scale_layout=layout, **kwargs)),
+        (lambda **o: fp8quant.silu_mul_nvfp4(x, g, scale_layout=layout, **kwargs, **o),
+         lambda: fp8quant.reference.silu_mul_nvfp4(x, g, scale_layout=layout, **kwargs)),
+    ):  # fmt: skip
+        q, s = zeroed(run())
+        run(out=(q, s))  # rows without tokens stay 0
+        ok &= all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip((q, s), ref()))
+    return bool(ok)
+
+
+def check_block_scaled_norm(m: int, h: int, layout: str, residual: bool, gen) -> bool:
+    """rms_norm_mxfp8 and rms_norm_nvfp4 against their references, the residual updated in place."""
+    x = torch.randn(m, h, device="cuda", generator=gen).to(torch.bfloat16)
+    w = torch.randn(h, device="cuda", generator=gen).to(torch.bfloat16)
+    res0 = torch.randn(m, h, device="cuda", generator=gen).to(torch.bfloat16) if residual else None
+    g = torch.tensor(200.0, device="cuda")
+    ok = True
+    for op, ref in (
+        (lambda r: fp8quant.rms_norm_mxfp8(x, w, residual=r, scale_layout=layout),
+         lambda: fp8quant.reference.rms_norm_mxfp8(x, w, residual=res0, scale_layout=layout)),
+        (lambda r: fp8quant.rms_norm_nvfp4(x, w, g, residual=r, scale_layout=layout),
+         lambda: fp8quant.reference.rms_norm_nvfp4(x, w, g, residual=res0, scale_layout=layout)),
+    ):  # fmt: skip
+        got = op(None if res0 is None else res0.clone())
+        ok &= all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(got, ref(), strict=True))
+    return bool(ok)
 
 
 def zeroed(outs):

@@ -9,9 +9,18 @@ quotient of two float32 numbers is never a double-rounding hazard: 53 >= 2*24 + 
 from __future__ import annotations
 
 from ._core import FP8_MAX, dequantize_blocks, dequantize_groups, quantize_groups, ue8m0_round_up
-from .moe import moe_combine, moe_dispatch_quant, moe_routing, moe_scatter_quant, silu_and_mul, silu_mul_quant
+from .moe import (
+    moe_combine,
+    moe_dispatch_quant,
+    moe_routing,
+    moe_scatter_quant,
+    silu_and_mul,
+    silu_mul_mxfp8,
+    silu_mul_nvfp4,
+    silu_mul_quant,
+)
 from .mx import mxfp8_dequant, mxfp8_quant
-from .norm import inverse_rms, rms_norm, rms_norm_quant, sum_of_squares
+from .norm import inverse_rms, rms_norm, rms_norm_mxfp8, rms_norm_nvfp4, rms_norm_quant, sum_of_squares
 from .nvfp4 import nvfp4_dequant, nvfp4_global_scale, nvfp4_quant
 from .pack import convert_scales, pack_ue8m0, sm100_weight_scales, unpack_ue8m0
 from .quant import per_token_group_quant
@@ -38,8 +47,12 @@ __all__ = [
     "quantize_groups",
     "requantize_ue8m0",
     "rms_norm",
+    "rms_norm_mxfp8",
+    "rms_norm_nvfp4",
     "rms_norm_quant",
     "silu_and_mul",
+    "silu_mul_mxfp8",
+    "silu_mul_nvfp4",
     "silu_mul_quant",
     "sm100_weight_scales",
     "sum_of_squares",

@@ -1,5 +1,5 @@
 """References of the MoE ops (docs/contract.md, "MoE"): routing metadata, dispatch + quantize,
-SiLU-and-mul + quantize, combine."""
+SiLU-and-mul + quantize (FP8 groups, MXFP8, NVFP4), combine."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import torch
 
 from .._checks import check_int, check_quant_args, check_routing_tokens
 from ..routing import MoeRouting
+from .mx import mxfp8_quant
+from .nvfp4 import _quantize_rows, nvfp4_quant
 from .quant import per_token_group_quant
 
 
@@ -179,6 +181,48 @@ def silu_mul_quant(
     layout with ``m_indices``: rows whose entry is -1 are padding) or ``x [E, max_m, 2N]`` with
     ``masked_m`` (rows past ``masked_m[e]`` are padding). Padding rows come out zero, data and
     scales, whatever x holds there."""
+    y, padding = _silu_rows(x, m_indices, masked_m)
+    q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
+    return q, scale if padding is None else _zero_rows(scale, padding)
+
+
+def silu_mul_mxfp8(
+    x: torch.Tensor,
+    *,
+    recipe: str = "rceil",
+    scale_layout: str = "swizzled",
+    m_indices: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mxfp8_quant(silu_and_mul(x))``, rows as :func:`silu_mul_quant` (padding rows zero: their
+    amax is 0, so are their elements and scale bytes)."""
+    y, _ = _silu_rows(x, m_indices, masked_m)
+    return mxfp8_quant(y, recipe=recipe, scale_layout=scale_layout)
+
+
+def silu_mul_nvfp4(
+    x: torch.Tensor,
+    global_scale: torch.Tensor,
+    *,
+    scale_layout: str = "swizzled",
+    m_indices: torch.Tensor | None = None,
+    masked_m: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``nvfp4_quant(silu_and_mul(x), global_scale)``, rows as :func:`silu_mul_quant`. The encode
+    scale: float32 ``[]`` for every row, ``[E]`` per expert: of each batch of the masked layout, or
+    of each row's expert ``m_indices[r]`` in the contiguous layout."""
+    y, _ = _silu_rows(x, m_indices, masked_m)
+    g = global_scale.float()
+    if m_indices is not None and g.dim() == 1:
+        return _quantize_rows(y, g[m_indices.to(g.device).long().clamp(min=0)], scale_layout)
+    return nvfp4_quant(y, g, scale_layout=scale_layout)[:2]
+
+
+def _silu_rows(
+    x: torch.Tensor, m_indices: torch.Tensor | None, masked_m: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``silu_and_mul(x)`` with its padding rows zeroed, and the padding (bool ``[*, M]``, None
+    without an MoE layout)."""
     if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3) or x.shape[-1] % 2:
         raise ValueError("x must be [M, 2N] or [E, max_m, 2N] with an even last dimension")
     if (m_indices is not None) + (masked_m is not None) > 1:
@@ -195,8 +239,7 @@ def silu_mul_quant(
         padding = torch.arange(x.shape[1], device=x.device) >= masked_m.to(x.device).unsqueeze(1)
     if padding is not None:
         y = y.masked_fill(padding.unsqueeze(-1), 0)
-    q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
-    return q, scale if padding is None else _zero_rows(scale, padding)
+    return y, padding
 
 
 def moe_combine(y: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""References of RMSNorm and RMSNorm + quantization (docs/contract.md, "RMSNorm")."""
+"""References of RMSNorm and RMSNorm + quantization: FP8 groups, MXFP8, NVFP4 (docs/contract.md,
+"RMSNorm")."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 import torch
 
 from .._checks import check_norm_args, check_quant_args
+from .mx import mxfp8_quant
+from .nvfp4 import nvfp4_quant
 from .quant import per_token_group_quant
 
 
@@ -87,7 +90,45 @@ def rms_norm_quant(
     """Reference of :func:`fp8quant.rms_norm_quant`: :func:`per_token_group_quant` of
     :func:`rms_norm`'s y. Returns ``(q, scale)``, or ``(q, scale, h)`` with a residual."""
     check_quant_args(x, group_size, quant_eps, "quant_eps")
+    return _quantized_norm(
+        x, weight, eps, residual,
+        lambda y: per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=quant_eps),
+    )  # fmt: skip
+
+
+def rms_norm_mxfp8(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    recipe: str = "rceil",
+    scale_layout: str = "swizzled",
+) -> tuple[torch.Tensor, ...]:
+    """Reference of :func:`fp8quant.rms_norm_mxfp8`: :func:`mxfp8_quant` of :func:`rms_norm`'s y.
+    Returns ``(q, scale)``, or ``(q, scale, h)`` with a residual."""
+    return _quantized_norm(x, weight, eps, residual, lambda y: mxfp8_quant(y, recipe=recipe, scale_layout=scale_layout))
+
+
+def rms_norm_nvfp4(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    global_scale: torch.Tensor,
+    eps: float = 1e-6,
+    *,
+    residual: torch.Tensor | None = None,
+    scale_layout: str = "swizzled",
+) -> tuple[torch.Tensor, ...]:
+    """Reference of :func:`fp8quant.rms_norm_nvfp4`: :func:`nvfp4_quant` of :func:`rms_norm`'s y
+    with the encode scale ``global_scale`` (float32 ``[]``). Returns ``(q, scale)``, or
+    ``(q, scale, h)`` with a residual."""
+    return _quantized_norm(
+        x, weight, eps, residual, lambda y: nvfp4_quant(y, global_scale, scale_layout=scale_layout)[:2]
+    )
+
+
+def _quantized_norm(x, weight, eps, residual, quantize) -> tuple[torch.Tensor, ...]:
+    """``quantize`` of :func:`rms_norm`'s y: ``(q, scale)``, or ``(q, scale, h)`` with a residual."""
     out = rms_norm(x, weight, eps, residual=residual)
-    y = out if residual is None else out[0]
-    q, scale = per_token_group_quant(y, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=quant_eps)
+    q, scale = quantize(out if residual is None else out[0])
     return (q, scale) if residual is None else (q, scale, out[1])

@@ -101,8 +101,14 @@ def nvfp4_quant(
     g = global_scale.float()
     if g.dim() not in (0, 1) or (g.dim() == 1 and (x.dim() != 3 or g.shape[0] != x.shape[0])):
         raise ValueError(f"global_scale must be float32 [] or, for x [B, M, K], [B]; got {tuple(g.shape)}")
-    g64 = g.double().view(*g.shape, *([1] * (x.dim() + 1 - g.dim())))  # broadcast over [.., M, groups, 16]
+    q, scale = _quantize_rows(x, g.view(*g.shape, *([1] * (x.dim() - 1 - g.dim()))), scale_layout)
+    return q, scale, g
 
+
+def _quantize_rows(x: torch.Tensor, row_scale: torch.Tensor, scale_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 ``(q, scale)`` of ``x [..., M, K]``, each row with the encode scale of ``row_scale``
+    (float32, broadcastable to ``[..., M]``)."""
+    g64 = row_scale.double().view(*row_scale.shape, 1, 1)  # broadcast over [.., M, groups, 16]
     xf = x.float().unflatten(-1, (-1, NVFP4_GROUP))
     amax = _finite_amax(xf, -1, 0.0).unsqueeze(-1)
     s32 = ((amax.double() / _E2M1_MAX).float().double() * g64).float()  # RN(RN(amax / 6) * S)
@@ -114,7 +120,7 @@ def nvfp4_quant(
     scale = s.squeeze(-1)
     if scale_layout == "swizzled":
         scale = to_swizzled(scale.view(torch.uint8)).view(FP8_DTYPE)
-    return q, scale, g
+    return q, scale
 
 
 def nvfp4_dequant(

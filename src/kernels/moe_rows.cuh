@@ -1,0 +1,47 @@
+// Which rows of an MoE layout hold tokens (docs/contract.md, "MoE"), for the kernels that read
+// expert rows (the SiLU-and-mul sources of per_token_group_quant.cuh and block_scaled_quant.cuh):
+// a row without a token is padding; inside a grouped GEMM's tile its scales are written as 0,
+// past the tiles nothing is touched.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8quant::kernels {
+
+// The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
+__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) {
+  return (count + align - 1) / align * align;
+}
+
+// Narrow `live` (row m of batch b holds a token) and `in_tile` (a GEMM tile reads it), which
+// start as "a real row" and "a slot of the scale layout", to the rows of an MoE layout, as the
+// problem p (QuantProblem, BlockScaledProblem) describes them:
+//   row_counts  masked layouts: the live rows of each batch; tiles of pad_align rows end at
+//               align_up(row_counts[b], pad_align);
+//   row_map     contiguous layout (row_counts null): m_indices, -1 on padding; rows at or past
+//               *used_rows (M_sum), when given, are in no tile.
+// With neither, nothing changes. Returns true when the block's first row (its lowest),
+// `block_first`, is past every tile: the block has nothing to do.
+template <class Problem>
+__device__ __forceinline__ bool narrow_to_moe_rows(const Problem& p, int64_t b, int32_t block_first, int32_t m,
+                                                   bool& live, bool& in_tile) {
+  if (p.row_counts != nullptr) {
+    const int64_t count = __ldg(p.row_counts + b), end = tile_end(count, p.pad_align);
+    if (block_first >= end) return true;
+    live = live && m < count;
+    in_tile = in_tile && m < end;
+  } else if (p.row_map != nullptr) {
+    if (p.used_rows != nullptr) {  // rows past M_sum are not touched, whatever m_indices holds there
+      const int32_t used = __ldg(p.used_rows);
+      if (block_first >= used) return true;
+      live = live && m < used;
+      in_tile = in_tile && m < used;
+    }
+    live = live && __ldg(p.row_map + m) >= 0;
+  }
+  return false;
+}
+
+}  // namespace fp8quant::kernels

@@ -1,0 +1,246 @@
+"""The fused producers of Blackwell's formats without a GPU (issue 28): RMSNorm (+ residual) and
+SiLU-and-mul (plain, contiguous and masked MoE layouts) quantized to MXFP8 and NVFP4.
+
+The references are compositions of ops tested on their own (rms_norm, silu_and_mul, mxfp8_quant,
+nvfp4_quant: test_mx_reference.py, test_nvfp4_reference.py, against torchao); here: the
+composition itself, the MoE rows (padding rows zero, the per-expert encode scales), the CPU path
+being the reference, the registered schemas, and the refusals, in Python and in the C API."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fp8quant
+from fp8quant import reference
+
+
+def randn(*shape, dtype=torch.bfloat16, seed=0) -> torch.Tensor:
+    """Gaussian data whose groups span many magnitudes (never zeros)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen)
+    spread = torch.exp2(torch.randint(-6, 6, (*shape[:-1], shape[-1] // 16, 1), generator=gen).float())
+    return (x * spread.repeat_interleave(16, -1).view(shape)).to(dtype)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# --- RMSNorm -> MXFP8 / NVFP4 --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", fp8quant.MX_SCALE_LAYOUTS)
+@pytest.mark.parametrize("recipe", fp8quant.MX_RECIPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rms_norm_mxfp8_is_norm_then_quant(dtype, recipe, layout):
+    x, w = randn(5, 96, dtype=dtype), randn(96, dtype=dtype, seed=1)
+    y = reference.rms_norm(x, w, 1e-5)
+    want = reference.mxfp8_quant(y, recipe=recipe, scale_layout=layout)
+    got = fp8quant.rms_norm_mxfp8(x, w, 1e-5, recipe=recipe, scale_layout=layout)
+    assert all(same(g, r) for g, r in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("layout", fp8quant.MX_SCALE_LAYOUTS)
+def test_rms_norm_nvfp4_is_norm_then_quant(layout):
+    x, w = randn(7, 80), randn(80, seed=1)
+    g = torch.tensor(448 * 6 / 3.0)
+    want = reference.nvfp4_quant(reference.rms_norm(x, w, 1e-6), g, scale_layout=layout)[:2]
+    got = fp8quant.rms_norm_nvfp4(x, w, g, scale_layout=layout)
+    assert all(same(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_rms_norm_block_scaled_with_residual(fmt):
+    x, w, r = randn(4, 64), randn(64, seed=1), randn(4, 64, seed=2)
+    h = (x.float() + r.float()).to(x.dtype)
+    residual = r.clone()
+    if fmt == "mxfp8":
+        q, s, out = fp8quant.rms_norm_mxfp8(x, w, residual=residual)
+        want = fp8quant.rms_norm_mxfp8(h, w)
+    else:
+        g = torch.tensor(100.0)
+        q, s, out = fp8quant.rms_norm_nvfp4(x, w, g, residual=residual)
+        want = fp8quant.rms_norm_nvfp4(h, w, g)
+    assert out is residual and torch.equal(residual, h)  # updated in place, as rms_norm does
+    assert same(q, want[0]) and same(s, want[1])
+
+
+def test_rms_norm_block_scaled_outputs_and_out():
+    x, w = randn(130, 64), randn(64, seed=1)
+    q, s = fp8quant.rms_norm_mxfp8(x, w)
+    assert q.shape == (130, 64) and q.dtype == torch.float8_e4m3fn
+    assert s.shape == (256, 4) and s.dtype == torch.float8_e8m0fnu and s.is_contiguous()  # swizzled, padded
+    q4, s4 = fp8quant.rms_norm_nvfp4(x, w, torch.tensor(50.0), scale_layout="row")
+    assert (
+        q4.shape == (130, 32) and q4.dtype == torch.uint8 and s4.shape == (130, 4) and s4.dtype == torch.float8_e4m3fn
+    )
+    out = (torch.empty_like(q), torch.empty_like(s))
+    got = fp8quant.rms_norm_mxfp8(x, w, out=out)
+    assert got[0] is out[0] and got[1] is out[1] and same(out[0], q) and same(out[1], s)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda x, w: fp8quant.rms_norm_mxfp8(x[:, :48], w[:48]), ValueError, r"H=48\) must be a multiple of 32"),
+        (lambda x, w: fp8quant.rms_norm_mxfp8(x, w, recipe="even"), ValueError, "recipe must be one of"),
+        (lambda x, w: fp8quant.rms_norm_mxfp8(x, w, scale_layout="mn"), ValueError, "scale_layout must be one of"),
+        (lambda x, w: fp8quant.rms_norm_nvfp4(x, w, torch.ones(2)), ValueError, r"global_scale must be a float32 tensor \[\]"),
+        (lambda x, w: fp8quant.rms_norm_nvfp4(x, w, 1.0), ValueError, "global_scale must be"),
+        (lambda x, w: fp8quant.rms_norm_nvfp4(x.float(), w.float(), torch.tensor(1.0)), TypeError, "x"),
+    ],
+)  # fmt: skip
+def test_rms_norm_block_scaled_refusals(call, error, match):
+    with pytest.raises(error, match=match):
+        call(randn(4, 64), randn(64, seed=1))
+
+
+# --- SiLU-and-mul -> MXFP8 / NVFP4 ---------------------------------------------------------------
+
+
+def routed(seed: int = 0):
+    """A contiguous MoE layout of 4 experts with padding rows, its x (NaN in the padding rows,
+    which must not be read) and a masked layout of the same experts."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(-1, 4, (40, 2), generator=gen, dtype=torch.int32)
+    routing = reference.moe_routing(ids, 4, align=16, max_m_sum=40 * 2 + 4 * 15 + 16)
+    x = randn(routing.m_indices.numel(), 128, seed=seed)
+    x[routing.m_indices < 0] = float("nan")
+    masked_m = torch.tensor([0, 9, 3, 12], dtype=torch.int32)
+    xm = randn(4, 12, 128, seed=seed + 1)
+    xm[torch.arange(12) >= masked_m.unsqueeze(1)] = float("nan")
+    return routing, x, masked_m, xm
+
+
+@pytest.mark.parametrize("layout", fp8quant.MX_SCALE_LAYOUTS)
+@pytest.mark.parametrize("recipe", fp8quant.MX_RECIPES)
+def test_silu_mul_mxfp8_is_silu_then_quant(recipe, layout):
+    x = randn(9, 192, dtype=torch.float16)
+    want = reference.mxfp8_quant(reference.silu_and_mul(x), recipe=recipe, scale_layout=layout)
+    got = fp8quant.silu_mul_mxfp8(x, recipe=recipe, scale_layout=layout)
+    assert all(same(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_silu_mul_block_scaled_moe_rows(fmt):
+    """Padding rows come out zero (data and scale bytes) whatever x holds there; live rows are the
+    plain op's bytes of those rows."""
+    routing, x, masked_m, xm = routed()
+    g = torch.tensor(300.0)
+    op = (lambda x, **kw: fp8quant.silu_mul_mxfp8(x, scale_layout="row", **kw)) if fmt == "mxfp8" else (
+        lambda x, **kw: fp8quant.silu_mul_nvfp4(x, g, scale_layout="row", **kw))  # fmt: skip
+    live = routing.m_indices >= 0
+    q, s = op(x, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
+    q_live, s_live = op(x[live])
+    assert same(q[live], q_live) and same(s[live], s_live)
+    assert not q[~live].view(torch.uint8).any() and not s[~live].view(torch.uint8).any()
+    qm, sm = op(xm, masked_m=masked_m)
+    for e, count in enumerate(masked_m.tolist()):
+        if count:
+            q_e, s_e = op(xm[e, :count])
+            assert same(qm[e, :count], q_e) and same(sm[e, :count], s_e)
+        assert not qm[e, count:].view(torch.uint8).any() and not sm[e, count:].view(torch.uint8).any()
+
+
+def test_silu_mul_nvfp4_per_expert_global_scale():
+    """The contiguous layout's rows take their expert's encode scale; the masked layout's batches
+    theirs."""
+    routing, x, masked_m, xm = routed(1)
+    g = torch.tensor([40.0, 300.0, 7.0, 1000.0])
+    q, s = fp8quant.silu_mul_nvfp4(x, g, scale_layout="row", m_indices=routing.m_indices)
+    for e in range(4):
+        rows = routing.m_indices == e
+        q_e, s_e = fp8quant.silu_mul_nvfp4(x[rows], g[e], scale_layout="row")
+        assert same(q[rows], q_e) and same(s[rows], s_e)
+    qm, sm = fp8quant.silu_mul_nvfp4(xm, g, scale_layout="row", masked_m=masked_m)
+    for e, count in enumerate(masked_m.tolist()):
+        q_e, s_e = fp8quant.silu_mul_nvfp4(xm[e, :count], g[e], scale_layout="row")
+        assert same(qm[e, :count], q_e) and same(sm[e, :count], s_e)
+
+
+def test_silu_mul_block_scaled_swizzled_shapes():
+    x = randn(3, 5, 2 * 80)
+    q, s = fp8quant.silu_mul_nvfp4(x, torch.ones(3), masked_m=torch.tensor([5, 1, 0], dtype=torch.int32))
+    assert q.shape == (3, 5, 40) and s.shape == (3, 128, 8)  # 5 groups of 16, padded to 8
+    q, s = fp8quant.silu_mul_mxfp8(x[..., :128])
+    assert q.shape == (3, 5, 64) and s.shape == (3, 128, 4) and s.dtype == torch.float8_e8m0fnu
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda x: fp8quant.silu_mul_mxfp8(x[:, :96]), ValueError, r"N=48\) must be a positive multiple of the group size \(32\)"),
+        (lambda x: fp8quant.silu_mul_mxfp8(x, recipe="up"), ValueError, "recipe must be one of"),
+        (lambda x: fp8quant.silu_mul_nvfp4(x, torch.ones(3)), ValueError, r"global_scale must be a float32 tensor \[\]"),
+        (lambda x: fp8quant.silu_mul_nvfp4(x, torch.ones(1), masked_m=torch.zeros(4, dtype=torch.int32)),
+         ValueError, "masked_m does not apply"),
+        (lambda x: fp8quant.silu_mul_mxfp8(x, m_indices=torch.zeros(3, dtype=torch.int32)), ValueError,
+         r"m_indices must be a contiguous int32 tensor of shape \(4,\)"),
+        (lambda x: fp8quant.silu_mul_mxfp8(x, row_offsets=torch.zeros(2, dtype=torch.int32)), ValueError,
+         "row_offsets applies to the contiguous layout"),
+        (lambda x: fp8quant.silu_mul_mxfp8(x.to(torch.int32)), TypeError, "x must be"),
+    ],
+)  # fmt: skip
+def test_silu_mul_block_scaled_refusals(call, error, match):
+    with pytest.raises(error, match=match):
+        call(randn(4, 128))
+
+
+def test_registered_schemas():
+    schemas = {
+        name: str(getattr(torch.ops.fp8quant, name).default._schema)
+        for name in ("rms_norm_mxfp8", "add_rms_norm_nvfp4", "silu_mul_mxfp8", "silu_mul_nvfp4")
+    }
+    assert schemas == {
+        "rms_norm_mxfp8": "fp8quant::rms_norm_mxfp8(Tensor x, Tensor weight, float eps, str recipe, str scale_layout)"
+        " -> (Tensor, Tensor)",
+        "add_rms_norm_nvfp4": "fp8quant::add_rms_norm_nvfp4(Tensor x, Tensor(a!) residual, Tensor weight, "
+        "Tensor global_scale, float eps, str scale_layout) -> (Tensor, Tensor)",
+        "silu_mul_mxfp8": "fp8quant::silu_mul_mxfp8(Tensor x, Tensor m_indices, Tensor used_rows, Tensor masked_m, "
+        "int align, str recipe, str scale_layout) -> (Tensor, Tensor)",
+        "silu_mul_nvfp4": "fp8quant::silu_mul_nvfp4(Tensor x, Tensor m_indices, Tensor used_rows, Tensor masked_m, "
+        "Tensor global_scale, int align, str scale_layout) -> (Tensor, Tensor)",
+    }
+    compiled = torch.compile(lambda x: fp8quant.silu_mul_mxfp8(x), backend="eager", fullgraph=True)
+    x = randn(4, 128)
+    assert all(same(a, b) for a, b in zip(compiled(x), fp8quant.silu_mul_mxfp8(x), strict=True))
+
+
+# --- the C API without a GPU ---------------------------------------------------------------------
+
+
+def _c():
+    from fp8quant._ext import extension  # noqa: PLC0415
+
+    return extension()
+
+
+def test_c_api_refusals():
+    """One bad argument at a time: ValueError starting with its name (validation runs before
+    any device is needed)."""
+    c = _c()
+    silu = dict(x=1 << 20, x_dtype=2, batch=1, m=4, n=64, x_batch_stride=0, x_row_stride=128, q=2 << 20,
+                q_batch_stride=0, q_row_stride=64, m_indices=0, used_rows=0, masked_m=0, align=128, scale=3 << 20,
+                scale_layout=1)  # fmt: skip
+    cases = [
+        (c.silu_mul_mxfp8_ptr, silu | dict(recipe=0), [("n", 48), ("recipe", 3), ("scale_layout", 4), ("align", 0),
+                                                      ("used_rows", 5 << 20), ("x_dtype", 9)]),
+        (c.silu_mul_nvfp4_ptr, silu | dict(q_row_stride=32, global_scale=4 << 20, global_scales=1),
+         [("n", 24), ("global_scale", 0), ("global_scales", 3), ("q_row_stride", 16)]),
+    ]  # fmt: skip
+    norm = dict(x=1 << 20, residual=0, weight=2 << 20, dtype=2, m=4, h=64, x_row_stride=64, residual_row_stride=0,
+                eps=1e-6, q=3 << 20, q_row_stride=64, scale=4 << 20, scale_layout=1)  # fmt: skip
+    cases += [
+        (c.rms_norm_mxfp8_ptr, norm | dict(recipe=0), [("h", 48), ("recipe", 2), ("scale_layout", 3), ("dtype", 0)]),
+        (c.rms_norm_nvfp4_ptr, norm | dict(q_row_stride=32, global_scale=5 << 20),
+         [("h", 24), ("global_scale", 0), ("q_row_stride", 20)]),
+    ]  # fmt: skip
+    for entry, good, bad in cases:
+        for name, value in bad:
+            with pytest.raises(ValueError, match=rf"^{name}:"):
+                entry(**(good | {name: value}), stream=0)
+    with pytest.raises(ValueError, match="^masked_m: give m_indices"):
+        c.silu_mul_mxfp8_ptr(**(silu | dict(m_indices=5 << 20, masked_m=6 << 20, recipe=0)), stream=0)
+    with pytest.raises(ValueError, match="^q: overlaps global_scale"):
+        c.rms_norm_nvfp4_ptr(**(norm | dict(q_row_stride=32, global_scale=(3 << 20) + 4)), stream=0)
