@@ -204,6 +204,31 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8qua
                                                            void* scale, fp8quant_scale_layout_t scale_layout, int ue8m0,
                                                            int64_t group_size, float eps, cudaStream_t stream);
 
+/**
+ * @brief Fused MoE dispatch + NVFP4 quantization with an encode scale per expert: each token of
+ *        `x [tokens, h]` read once and its groups' amax reduced once, then encoded with the
+ *        encode scale of each of its slots' experts and stored at the slot's row, exactly as
+ *        fp8quant_nvfp4_quant() would quantize the token with that expert's scale
+ *        (docs/contract.md, "NVFP4", "MoE").
+ *
+ * Layouts, rows, padding and the routing arguments as fp8quant_moe_dispatch_quant(), with `q`
+ * `[rows, h / 2]` or `[experts, max_m, h / 2]` (two e2m1 codes a byte), `scale` the whole MX
+ * scale buffer of its destination geometry (fp8quant_mx_scale_bytes(scale_layout, batch, m,
+ * h / 16), batch and m those of the layout) and `h` a positive multiple of 16; the swizzled
+ * layout's padding bytes of every row written are 0. And:
+ *
+ * @param m_indices      int32 `[rows]`: the expert of each contiguous row (fp8quant_moe_routing()'s
+ *                       `m_indices`); needed with one encode scale per expert in the contiguous
+ *                       layout, ignored when masked (a row's expert is its batch).
+ * @param global_scale   Device float32 encode scales, 4-byte aligned, apart from the outputs.
+ * @param global_scales  1 (one for every expert) or `experts` (one each).
+ */
+FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_nvfp4(
+    const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride, const int32_t* slot_rows,
+    int64_t k, const int32_t* counts, const int32_t* row_offsets, const int32_t* m_indices, int64_t experts,
+    int64_t align, int64_t rows, int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride, void* scale,
+    fp8quant_mx_scale_layout_t scale_layout, const float* global_scale, int64_t global_scales, cudaStream_t stream);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

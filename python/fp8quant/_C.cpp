@@ -229,6 +229,22 @@ void moe_dispatch_quant_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h,
   if (status != FP8QUANT_SUCCESS) throw_status(status);
 }
 
+// Fused MoE dispatch + NVFP4 quantization through device addresses (fp8quant_moe_dispatch_nvfp4).
+void moe_dispatch_nvfp4_ptr(uintptr_t x, int x_dtype, int64_t tokens, int64_t h, int64_t x_row_stride,
+                            uintptr_t slot_rows, int64_t k, uintptr_t counts, uintptr_t row_offsets,
+                            uintptr_t m_indices, int64_t experts, int64_t align, int64_t rows, int64_t max_m,
+                            uintptr_t q, int64_t q_batch_stride, int64_t q_row_stride, uintptr_t scale,
+                            int scale_layout, uintptr_t global_scale, int64_t global_scales, uintptr_t stream) {
+  const auto i32 = [](uintptr_t p) { return reinterpret_cast<const int32_t*>(p); };
+  const fp8quant_status_t status = fp8quant_moe_dispatch_nvfp4(
+      reinterpret_cast<const void*>(x), static_cast<fp8quant_dtype_t>(x_dtype), tokens, h, x_row_stride,
+      i32(slot_rows), k, i32(counts), i32(row_offsets), i32(m_indices), experts, align, rows, max_m,
+      reinterpret_cast<void*>(q), q_batch_stride, q_row_stride, reinterpret_cast<void*>(scale),
+      static_cast<fp8quant_mx_scale_layout_t>(scale_layout), reinterpret_cast<const float*>(global_scale),
+      global_scales, reinterpret_cast<cudaStream_t>(stream));
+  if (status != FP8QUANT_SUCCESS) throw_status(status);
+}
+
 // RMSNorm through device addresses (fp8quant_rms_norm; residual may be 0).
 void rms_norm_ptr(uintptr_t x, uintptr_t residual, uintptr_t weight, int dtype, int64_t m, int64_t h,
                   int64_t x_row_stride, int64_t residual_row_stride, float eps, uintptr_t y, int64_t y_row_stride,
@@ -429,6 +445,12 @@ NB_MODULE(_C, mod) {
           nb::arg("eps"), nb::arg("q"), nb::arg("q_row_stride"), nb::arg("scale"), nb::arg("scale_layout"),
           nb::arg("global_scale"), nb::arg("stream"),
           "fp8quant_rms_norm_nvfp4 on device addresses (residual 0 for none).");
+  mod.def("moe_dispatch_nvfp4_ptr", &moe_dispatch_nvfp4_ptr, nb::arg("x"), nb::arg("x_dtype"), nb::arg("tokens"),
+          nb::arg("h"), nb::arg("x_row_stride"), nb::arg("slot_rows"), nb::arg("k"), nb::arg("counts"),
+          nb::arg("row_offsets"), nb::arg("m_indices"), nb::arg("experts"), nb::arg("align"), nb::arg("rows"),
+          nb::arg("max_m"), nb::arg("q"), nb::arg("q_batch_stride"), nb::arg("q_row_stride"), nb::arg("scale"),
+          nb::arg("scale_layout"), nb::arg("global_scale"), nb::arg("global_scales"), nb::arg("stream"),
+          "fp8quant_moe_dispatch_nvfp4 on device addresses (0 for row_offsets and m_indices when masked).");
   mod.def("rms_norm_ptr", &rms_norm_ptr, nb::arg("x"), nb::arg("residual"), nb::arg("weight"), nb::arg("dtype"),
           nb::arg("m"), nb::arg("h"), nb::arg("x_row_stride"), nb::arg("residual_row_stride"), nb::arg("eps"),
           nb::arg("y"), nb::arg("y_row_stride"), nb::arg("stream"),

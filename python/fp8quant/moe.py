@@ -28,6 +28,7 @@ __all__ = [
     "MoeBounds",
     "moe_bounds",
     "moe_combine",
+    "moe_dispatch_nvfp4",
     "moe_dispatch_quant",
     "moe_routing",
     "silu_mul_mxfp8",
@@ -261,6 +262,121 @@ def moe_combine(
             raise ValueError(f"{name} is on {t.device}, y on {y.device}: all tensors must be on one device")
     (result,) = _combine(y, rows, weights, out=None if out is None else (out,))
     return result
+
+
+def _check_dispatch(x, routing, layout: str, max_m, align: int, group: int, group_name: str = "the group size") -> None:
+    """What the dispatch ops need of x [T, H] (H a positive multiple of ``group``), the routing
+    (its index tensors on x's device) and the layout's bounds."""
+    if layout not in ("contiguous", "masked"):
+        raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() != 2:
+        raise TypeError("x must be a bfloat16, float16 or float32 tensor [T, H]")
+    if x.shape[1] == 0 or x.shape[1] % group:
+        raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a positive multiple of {group_name} ({group})")
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
+    if not isinstance(routing, MoeRouting):
+        raise TypeError("routing must be fp8quant.moe_routing's result (a MoeRouting)")
+    if layout == "masked" and (isinstance(max_m, bool) or not isinstance(max_m, int) or max_m < 1):
+        raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
+    if layout == "masked" and routing.masked_row is None:
+        raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
+    if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
+        raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
+    check_int(align, "align")
+    check_routing_tokens(x, routing)
+    slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    for name, t in (("inv_perm" if layout == "contiguous" else "masked_row", slot_rows), ("row_offsets", routing.row_offsets),
+                    ("counts", routing.counts)):  # fmt: skip
+        if t.dtype != torch.int32 or not t.is_contiguous() or t.device != x.device:
+            raise ValueError(f"routing.{name} must be a contiguous int32 tensor on {x.device}")
+
+
+# --- moe_dispatch_nvfp4 --------------------------------------------------------------------------
+
+
+def _dispatch_fp4_geometry(x: TensorMeta, slot_rows: TensorMeta, counts: TensorMeta, *rest) -> tuple[Buffer, Buffer]:
+    """q [rows, H / 2] (contiguous, max_m == 0) or [E, max_m, H / 2] (masked); the scale bytes."""
+    rows, max_m, scale_layout = rest[-4], rest[-3], rest[-1]
+    h = x.shape[-1]
+    return block_scaled_outputs((rows, h) if max_m == 0 else (counts.shape[0], max_m, h), "nvfp4", scale_layout)
+
+
+def _dispatch_fp4_launch(
+    x, slot_rows, counts, row_offsets, m_indices, global_scale, q, scale, rows, max_m, align, scale_layout
+) -> None:
+    qs = q.stride()
+    masked = max_m > 0
+    launch(
+        extension().moe_dispatch_nvfp4_ptr, x.get_device(), x.data_ptr(), DTYPE_CODES[x.dtype], x.shape[0],
+        x.shape[1], x.stride(0), slot_rows.data_ptr(), slot_rows.shape[1], counts.data_ptr(),
+        0 if masked else row_offsets.data_ptr(), 0 if masked else m_indices.data_ptr(), counts.shape[0], align, rows,
+        max_m, q.data_ptr(), qs[0] if masked else 0, qs[-2], scale.data_ptr(), MX_LAYOUT_CODES[scale_layout],
+        global_scale.data_ptr(), global_scale.numel(),
+    )  # fmt: skip
+
+
+def _dispatch_fp4_reference(
+    x: torch.Tensor, slot_rows: torch.Tensor, counts: torch.Tensor, row_offsets: torch.Tensor,
+    m_indices: torch.Tensor, global_scale: torch.Tensor, rows: int, max_m: int, align: int, scale_layout: str,
+):  # fmt: skip
+    """The reference writes zeros wherever the kernel leaves a byte unwritten (a valid filling)."""
+    shape = (rows,) if max_m == 0 else (counts.shape[0], max_m)
+    return reference.moe_scatter_nvfp4(x, slot_rows, shape, global_scale, row_experts=m_indices if max_m == 0 else None,
+                                       scale_layout=scale_layout)  # fmt: skip
+
+
+_dispatch_fp4 = Op("moe_dispatch_nvfp4", ("q", "scale"), _dispatch_fp4_geometry, _dispatch_fp4_launch,
+                   _dispatch_fp4_reference)  # fmt: skip
+
+
+def moe_dispatch_nvfp4(
+    x: torch.Tensor,
+    routing: MoeRouting,
+    global_scale: torch.Tensor,
+    *,
+    layout: str = "contiguous",
+    max_m: int | None = None,
+    align: int = 128,
+    scale_layout: str = "swizzled",
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``x [T, H]`` stored in an expert-grouped layout in NVFP4, in one pass: each token
+    read once and its groups' amax reduced once, then encoded with the encode scale of each of
+    its slots' experts (NVFP4's encode scale differs by expert, so the bytes do too). The bytes
+    of :func:`fp8quant.reference.moe_dispatch_nvfp4` on every row that holds a token
+    (docs/contract.md, "NVFP4").
+
+    Args:
+        x: bfloat16, float16 or float32 ``[T, H]``, last dimension contiguous, H a positive
+            multiple of 16: the T tokens the routing was made for.
+        routing: :func:`fp8quant.moe_routing`'s result for these tokens.
+        global_scale: float32 encode scales on x's device: ``[]`` for every expert, or ``[E]``,
+            one per local expert (calibrated: engines keep one input scale per expert).
+        layout, max_m, align: as :func:`moe_dispatch_quant` (q ``[rows, H / 2]`` or
+            ``[E, max_m, H / 2]``, two e2m1 codes a byte).
+        scale_layout: ``"swizzled"`` (what Blackwell's grouped GEMMs read) or ``"row"``.
+        out: optional ``(q, scale)`` of exactly the shapes and dtypes returned.
+
+    Rows without a token as :func:`moe_dispatch_quant`: q not written, scale bytes 0 inside
+    their expert's tile, untouched past it (the CPU path writes zeros there).
+
+    Example::
+
+        q, scale = fp8quant.moe_dispatch_nvfp4(x, routing, a1_global_scales)
+    """
+    _check_dispatch(x, routing, layout, max_m, align, 16)
+    check_mx_options(scale_layout)
+    e = routing.counts.numel()
+    global_scale = check_global_scale(global_scale, x.device, ((), (e,)))
+    m_indices = routing.m_indices
+    if m_indices.dtype != torch.int32 or not m_indices.is_contiguous() or m_indices.device != x.device:
+        raise ValueError(f"routing.m_indices must be a contiguous int32 tensor on {x.device}")
+    slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    return _dispatch_fp4(
+        x, slot_rows, routing.counts, routing.row_offsets, routing.m_indices, global_scale, routing.m_indices.numel(),
+        max_m if layout == "masked" else 0, align, scale_layout, out=out,
+    )  # fmt: skip
 
 
 # --- silu_mul_quant ------------------------------------------------------------------------------
@@ -616,32 +732,11 @@ def moe_dispatch_quant(
     their expert's tile (the rows a grouped GEMM's tile reads) and untouched past it, so the
     work follows the tokens, not the layout's bound. The CPU path writes zeros there.
     """
-    if layout not in ("contiguous", "masked"):
-        raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
-    if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES or x.dim() != 2:
-        raise TypeError("x must be a bfloat16, float16 or float32 tensor [T, H]")
     check_moe_group_size(group_size, "moe_dispatch_quant")
-    if x.shape[1] == 0 or x.shape[1] % group_size:
-        raise ValueError(f"x.shape[-1] (H={x.shape[1]}) must be a positive multiple of group_size ({group_size})")
-    if x.numel() > 0 and x.stride(-1) != 1:
-        raise ValueError(f"x must have a contiguous last dimension, got strides {tuple(x.stride())}")
-    if not isinstance(routing, MoeRouting):
-        raise TypeError("routing must be fp8quant.moe_routing's result (a MoeRouting)")
-    if layout == "masked" and (isinstance(max_m, bool) or not isinstance(max_m, int) or max_m < 1):
-        raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
-    if layout == "masked" and routing.masked_row is None:
-        raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
-    if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
-        raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
-    check_int(align, "align")
-    check_routing_tokens(x, routing)
+    _check_dispatch(x, routing, layout, max_m, align, group_size, "group_size")
     check_eps(eps)
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)
     slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
-    for name, t in (("inv_perm" if layout == "contiguous" else "masked_row", slot_rows), ("row_offsets", routing.row_offsets),
-                    ("counts", routing.counts)):  # fmt: skip
-        if t.dtype != torch.int32 or not t.is_contiguous() or t.device != x.device:
-            raise ValueError(f"routing.{name} must be a contiguous int32 tensor on {x.device}")
     return _dispatch(
         x, slot_rows, routing.counts, routing.row_offsets, routing.m_indices.numel(),
         max_m if layout == "masked" else 0, align, group_size, scale_layout, ue8m0, float(eps), out=out,

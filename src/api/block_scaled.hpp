@@ -1,7 +1,8 @@
 // The block-scaled quantizer's C API body (src/api/mx.cpp), shared by the ops built on its kernel:
 // validation, geometry and launch of an MXFP8 or NVFP4 quantization into q [batch, m, k] and an MX
 // scale layout, reading x's own rows (mxfp8_quant, nvfp4_quant) or silu(gate) * up of them
-// (silu_mul_mxfp8, silu_mul_nvfp4); and the MX scale geometry the fused norm shares.
+// (silu_mul_mxfp8, silu_mul_nvfp4) or scattering them to their experts' rows
+// (moe_dispatch_nvfp4); and the MX scale geometry the fused norm shares.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +16,14 @@ namespace fp8quant::api {
 
 // What a block-scaled quantization writes: the scale layout, the format, and NVFP4's encode
 // scales on the device: `global_scales` of them (1: one for all; batch: one per batch; with the
-// contiguous layout's m_indices, one per expert, row r taking global_scale[m_indices[r]]).
+// contiguous layout's m_indices, one per expert, row r taking global_scale[m_indices[r]]; the
+// dispatch's contiguous layout gives the expert of each destination row in `row_experts`).
 struct BlockScaledOutput {
   fp8quant_mx_scale_layout_t layout = FP8QUANT_MX_SCALE_ROW;
   BlockFormat format = BlockFormat::kMxfp8Rceil;
   const float* global_scale = nullptr;
   int64_t global_scales = 0;
+  const int32_t* row_experts = nullptr;
 };
 
 // The checks of an MX scale layout for batch x m rows of num_groups groups; on success *rows and
@@ -29,7 +32,9 @@ struct BlockScaledOutput {
 fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
                                  int64_t* rows, int64_t* slots);
 
-// Validate and launch. `source` is x's own rows (the default) or kSiluMul (silu_source).
+// Validate and launch. `source` is x's own rows (the default), kSiluMul (silu_source) or, for
+// NVFP4, kScatter (scatter_source): then batch and m are the destination's and x holds
+// source.in_rows tokens.
 fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
                                      int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,
                                      int64_t q_row_stride, void* scale, const BlockScaledOutput& out,

@@ -66,6 +66,60 @@ fp8quant_status_t silu_source(int64_t batch, int64_t m, int64_t n, const int32_t
   return FP8QUANT_SUCCESS;
 }
 
+// The dispatch source of tokens x [tokens, h] shared by moe_dispatch_quant and
+// moe_dispatch_nvfp4: the checks of its routing arguments (`pad_chunks`: the padding blocks per
+// expert the kernel adds to grid.x), then the source the quantizer bodies read.
+fp8quant_status_t scatter_source(int64_t tokens, int64_t h, const int32_t* slot_rows, int64_t k, const int32_t* counts,
+                                 const int32_t* row_offsets, int64_t experts, int64_t align, int64_t rows,
+                                 int64_t max_m, int64_t pad_chunks, GroupSource* source) {
+  using std::to_string;
+  const bool masked = row_offsets == nullptr;
+  FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens",
+                     "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(tokens));
+  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
+                     "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  FP8QUANT_CHECK_ARG(tokens * k <= kMaxInt32, "tokens", "tokens * k must fit in int32, got " + to_string(tokens * k));
+  FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
+                     "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
+  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
+                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
+  if (masked) {
+    FP8QUANT_CHECK_ARG(max_m >= 1 && max_m <= kMaxInt32 / experts, "max_m",
+                       "must be in [1, " + to_string(kMaxInt32 / experts) +
+                           "] (the masked layout, row_offsets null: experts * max_m rows fit in int32), got " +
+                           to_string(max_m));
+  } else {
+    FP8QUANT_CHECK_ARG(max_m == 0, "max_m",
+                       "must be 0 for the contiguous layout (row_offsets given), got " + to_string(max_m));
+    FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows",
+                       "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
+  }
+  FP8QUANT_CHECK_ARG(experts * pad_chunks <= (int64_t{1} << 30), "experts",
+                     "experts * " + to_string(pad_chunks) +
+                         " (padding blocks per expert for this h) must be at most 2^30 (they go on grid.x)");
+  if (tokens == 0) return FP8QUANT_SUCCESS;  // nothing will be read
+  for (const Span& index : {Span{"slot_rows", slot_rows, tokens * k * 4}, Span{"counts", counts, experts * 4},
+                            Span{"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4}}) {
+    if (index.bytes == 0) continue;
+    FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
+                       "must be a non-null, 4-byte aligned int32 pointer");
+  }
+  source->kind = fp8quant::QuantSource::kScatter;
+  source->in_batch = 1;
+  source->in_rows = tokens;
+  source->in_cols = h;
+  source->row_map = slot_rows;
+  source->row_counts = counts;
+  source->row_starts = row_offsets;
+  source->pad_align = align;
+  source->slots_per_row = k;
+  source->experts = experts;
+  source->indices[0] = {"slot_rows", slot_rows, tokens * k * 4};
+  source->indices[1] = {"counts", counts, experts * 4};
+  source->indices[2] = {"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4};
+  return FP8QUANT_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -261,56 +315,38 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
                                               fp8quant_scale_layout_t scale_layout, int ue8m0, int64_t group_size,
                                               float eps, cudaStream_t stream) {
   using std::to_string;
-  // Values of this op; group_quant checks the rest
-  const bool masked = row_offsets == nullptr;
   FP8QUANT_CHECK_ARG(group_size == 128, "group_size",
                      "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens",
-                     "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(tokens));
-  FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
-                     "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
-  FP8QUANT_CHECK_ARG(tokens * k <= kMaxInt32, "tokens", "tokens * k must fit in int32, got " + to_string(tokens * k));
-  FP8QUANT_CHECK_ARG(experts >= 1 && experts <= kMaxExperts, "experts",
-                     "must be in [1, " + to_string(kMaxExperts) + "], got " + to_string(experts));
-  FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
-                     "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
-  if (masked) {
-    FP8QUANT_CHECK_ARG(max_m >= 1 && max_m <= kMaxInt32 / experts, "max_m",
-                       "must be in [1, " + to_string(kMaxInt32 / experts) +
-                           "] (the masked layout, row_offsets null: experts * max_m rows fit in int32), got " +
-                           to_string(max_m));
-  } else {
-    FP8QUANT_CHECK_ARG(max_m == 0, "max_m",
-                       "must be 0 for the contiguous layout (row_offsets given), got " + to_string(max_m));
-    FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows",
-                       "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
-  }
-  FP8QUANT_CHECK_ARG(experts * ((h / 128 + 7) / 8) <= (int64_t{1} << 30), "experts",
-                     "experts * ceil(h / 1024) must be at most 2^30 (padding blocks go on grid.x)");
-  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
-  const int64_t batch = masked ? experts : 1, m = masked ? max_m : rows;
-  for (const Span& index : {Span{"slot_rows", slot_rows, tokens * k * 4}, Span{"counts", counts, experts * 4},
-                            Span{"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4}}) {
-    if (index.bytes == 0) continue;
-    FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
-                       "must be a non-null, 4-byte aligned int32 pointer");
-  }
   fp8quant::api::GroupSource source;
-  source.kind = fp8quant::QuantSource::kScatter;
-  source.in_batch = 1;
-  source.in_rows = tokens;
-  source.in_cols = h;
-  source.row_map = slot_rows;
-  source.row_counts = counts;
-  source.row_starts = row_offsets;
-  source.pad_align = align;
-  source.slots_per_row = k;
-  source.experts = experts;
-  source.indices[0] = {"slot_rows", slot_rows, tokens * k * 4};
-  source.indices[1] = {"counts", counts, experts * 4};
-  source.indices[2] = {"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4};
-  return fp8quant::api::group_quant(x, x_dtype, batch, m, h, 0, x_row_stride, q, q_batch_stride, q_row_stride, scale,
-                                    scale_layout, ue8m0, group_size, eps, source, stream);
+  FP8QUANT_RETURN_IF_ERROR(scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m,
+                                          (h / 128 + 7) / 8, &source));
+  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
+  const bool masked = row_offsets == nullptr;
+  return fp8quant::api::group_quant(x, x_dtype, masked ? experts : 1, masked ? max_m : rows, h, 0, x_row_stride, q,
+                                    q_batch_stride, q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source,
+                                    stream);
+}
+
+fp8quant_status_t fp8quant_moe_dispatch_nvfp4(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens, int64_t h,
+                                              int64_t x_row_stride, const int32_t* slot_rows, int64_t k,
+                                              const int32_t* counts, const int32_t* row_offsets,
+                                              const int32_t* m_indices, int64_t experts, int64_t align, int64_t rows,
+                                              int64_t max_m, void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                              void* scale, fp8quant_mx_scale_layout_t scale_layout,
+                                              const float* global_scale, int64_t global_scales, cudaStream_t stream) {
+  const bool masked = row_offsets == nullptr;
+  fp8quant::api::GroupSource source;
+  const int64_t pad_chunks = ((h / 16 + 3) / 4 * 4 + 7) / 8;  // kPadSlots-wide chunks of the (padded) slots
+  FP8QUANT_RETURN_IF_ERROR(
+      scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m, pad_chunks, &source));
+  FP8QUANT_CHECK_ARG(masked || global_scales <= 1 || m_indices != nullptr, "m_indices",
+                     "must be given with one encode scale per expert in the contiguous layout");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(m_indices) % 4 == 0, "m_indices", "must be 4-byte aligned");
+  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
+  fp8quant::api::BlockScaledOutput out{scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale, global_scales};
+  out.row_experts = masked ? nullptr : m_indices;
+  return fp8quant::api::block_scaled_quant(x, x_dtype, masked ? experts : 1, masked ? max_m : rows, h, 0, x_row_stride,
+                                           q, q_batch_stride, q_row_stride, scale, out, source, stream);
 }
 
 }  // extern "C"

@@ -66,7 +66,10 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   // Values
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
                      "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
-  FP8QUANT_RETURN_IF_ERROR(check_k(k, group, source.kind == fp8quant::QuantSource::kSiluMul ? "n" : "k"));
+  const char* k_name = source.kind == fp8quant::QuantSource::kSiluMul   ? "n"  // the op's name for k
+                       : source.kind == fp8quant::QuantSource::kScatter ? "h"
+                                                                        : "k";
+  FP8QUANT_RETURN_IF_ERROR(check_k(k, group, k_name));
   const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
   int64_t rows = 0, slots = 0;
   FP8QUANT_RETURN_IF_ERROR(check_mx_shape(out.layout, batch, m, num_groups, &rows, &slots));
@@ -76,10 +79,12 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
     FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(out.global_scale) % 4 == 0, "global_scale",
                        "must be 4-byte aligned");
     global_scales = out.global_scales;
-    FP8QUANT_CHECK_ARG(global_scales == 1 || global_scales == batch || (source.row_map != nullptr && global_scales > 1),
-                       "global_scales",
-                       "must be 1, batch (" + to_string(batch) + ") or, with m_indices, the experts' count; got " +
-                           to_string(global_scales));
+    const bool by_expert = source.kind == fp8quant::QuantSource::kScatter
+                               ? global_scales == source.experts
+                               : source.row_map != nullptr && global_scales > 1;
+    FP8QUANT_CHECK_ARG(
+        global_scales == 1 || global_scales == batch || by_expert, "global_scales",
+        "must be 1, batch (" + to_string(batch) + ") or one per expert; got " + to_string(global_scales));
   }
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
@@ -92,8 +97,13 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, own_rows ? batch : source.in_batch,
                                                       own_rows ? m : source.in_rows, own_rows ? k : source.in_cols, qs,
                                                       scale, scale_bytes, batch, m, q_cols));
-  IndexInput inputs[4] = {
-      source.indices[0], source.indices[1], source.indices[2], {"global_scale", out.global_scale, global_scales * 4}};
+  const bool scatter = source.kind == fp8quant::QuantSource::kScatter;
+  const int64_t row_expert_bytes = scatter && out.row_experts != nullptr ? batch * m * 4 : 0;
+  IndexInput inputs[5] = {source.indices[0],
+                          source.indices[1],
+                          source.indices[2],
+                          {"global_scale", out.global_scale, global_scales * 4},
+                          {"m_indices", out.row_experts, row_expert_bytes}};
   for (const IndexInput& index : inputs) {
     if (index.bytes == 0) continue;
     FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, index.name, index.ptr, index.bytes));
@@ -134,6 +144,25 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   problem.row_counts = source.row_counts;
   problem.used_rows = source.used_rows;
   problem.pad_align = static_cast<int32_t>(source.pad_align);
+  if (scatter) {
+    // Teams walk the tokens; q and the scales keep the destination's geometry
+    const int64_t token_units = source.in_rows * slots;
+    FP8QUANT_CHECK_ARG(
+        token_units <= kMaxUnits, "tokens",
+        "the tokens need " + to_string(token_units) + " group slots, more than the limit of " + to_string(kMaxUnits));
+    problem.row_starts = source.row_starts;
+    problem.row_experts = out.row_experts;
+    problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
+    problem.experts = static_cast<int32_t>(source.experts);
+    problem.dest_batch = static_cast<int32_t>(batch);
+    problem.dest_m = static_cast<int32_t>(m);
+    problem.dest_rows = static_cast<int32_t>(rows);
+    problem.batch = 1;
+    problem.m = static_cast<int32_t>(source.in_rows);
+    problem.rows = static_cast<int32_t>(source.in_rows);
+    problem.units = static_cast<int32_t>(token_units);
+    problem.global_scale_by_row_expert = false;  // the kernel picks each slot's expert itself
+  }
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,
                                    fp8quant::sm100::block_scaled_quant);
 }

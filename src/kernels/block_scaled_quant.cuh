@@ -9,9 +9,11 @@
 // the row's groups and rows past m (the swizzled layout's padding) load nothing and store a zero
 // byte.
 //
-// The SiLU-and-mul source (kSiluMul, MoE) reads silu(gate) * up of x's rows [gate | up], and
-// follows the MoE layouts' rows as the FP8 kernel does (moe_rows.cuh): rows without a token get
-// zero scale bytes inside a GEMM tile and nothing else.
+// The MoE sources follow the MoE layouts' rows as the FP8 kernel does (moe_rows.cuh): rows
+// without a token get zero scale bytes inside a GEMM tile and nothing else. The SiLU-and-mul
+// source (kSiluMul) reads silu(gate) * up of x's rows [gate | up]; the dispatch source
+// (kScatter, NVFP4) walks the tokens and stores each at its slots' rows, encoded with each
+// slot's expert's encode scale (the group's amax reduced once).
 //
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
 // (docs/kernels.md).
@@ -33,10 +35,68 @@ namespace fp8quant::kernels {
 
 constexpr int kMxThreads = 256;
 
+// Scale columns one block of kScatter's padding part zeroes (the part has kPadSlots-wide chunks
+// of every expert's slots, one block each).
+constexpr int32_t kPadSlots = 8;
+
+// One block of kScatter's padding part: the scale bytes of expert e's tile padding rows set to 0
+// in slots [c0, c0 + kPadSlots). Threads walk the rows of one slot at a time.
+template <bool kSwizzled>
+__device__ __forceinline__ void zero_block_tile_padding(const BlockScaledProblem& p, int32_t e, int32_t c0) {
+  const TilePadding pad = tile_padding(p, e, p.dest_rows);
+  uint8_t* scale = p.scale + pad.b * p.scale_batch_stride;
+  for (int32_t c = c0; c < min(c0 + kPadSlots, p.slots); ++c) {
+    for (int32_t r = pad.first + static_cast<int32_t>(threadIdx.x); r < pad.last;
+         r += static_cast<int32_t>(blockDim.x)) {
+      scale[mx_scale_offset<kSwizzled>(p.slots, r, c)] = 0;
+    }
+  }
+}
+
+// kScatter's token part (NVFP4): the team's group of token r, reduced once, then encoded with
+// the encode scale of each slot's expert and stored at the slot's row (q where the group is
+// real, the scale byte, 0 in the padding slots, wherever the slot is kept).
+template <typename T, bool kSwizzled, bool kAligned>
+__device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const Slice<T>& slice, int32_t r, int32_t c,
+                                              bool live, bool in_range, int64_t q_col) {
+  float v[kElemsPerThread];
+  bool has_inf;
+  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
+  const int32_t* slot_rows = p.row_map + int64_t{r} * p.slots_per_row;
+  const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
+  for (int32_t j = 0; j < p.slots_per_row; ++j) {  // the same count on every lane
+    const int32_t row = in_range && r < p.m ? __ldg(slot_rows + j) : -1;
+    if (row < 0 || row >= dest_total) continue;
+    const int32_t db = p.dest_batch > 1 ? row / p.dest_m : 0, dm = row - db * p.dest_m;
+    const int32_t expert = p.row_starts != nullptr ? __ldg(p.row_experts + row) : db;
+    const Fp4Slice out = encode_nvfp4(v, amax, __ldg(p.global_scale + int64_t{expert} * p.global_scale_stride));
+    if (live) {
+      BlockGroup<BlockFormat::kNvfp4> group;
+#pragma unroll
+      for (int i = 0; i < FormatOf<BlockFormat::kNvfp4>::kQBytes / 4; ++i) group.q[i] = out.q[i];
+      uint8_t* q = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + q_col;
+      store_block_q<BlockFormat::kNvfp4, kAligned>(q, group);
+    }
+    p.scale[int64_t{db} * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, dm, c)] =
+        live ? static_cast<uint8_t>(out.s) : 0;
+  }
+}
+
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource>
 __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ BlockScaledProblem p) {
   using Format = FormatOf<kFormat>;
   constexpr int kTeams = kMxThreads / Format::kTeam;
+  static_assert(kSource != QuantSource::kScatter || Format::kFp4, "the block-scaled dispatch is NVFP4's");
+
+  if constexpr (kSource == QuantSource::kScatter) {
+    if (static_cast<int32_t>(blockIdx.x) >= p.token_blocks) {  // the padding part
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      asm volatile("griddepcontrol.launch_dependents;");
+      const int32_t pad_block = static_cast<int32_t>(blockIdx.x) - p.token_blocks;
+      zero_block_tile_padding<kSwizzled>(p, pad_block / p.pad_chunks, pad_block % p.pad_chunks * kPadSlots);
+      return;
+    }
+  }
 
   // Locate this team's slot
   const int sub = threadIdx.x % Format::kTeam;
@@ -83,6 +143,12 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
     for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
   }
 
+  // Scatter: encode for each slot's expert, store at the slot's row
+  if constexpr (kSource == QuantSource::kScatter) {
+    scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2);
+    return;
+  }
+
   // Reduce amax, scale byte, quantize (NVFP4: with the encode scale of the batch, or of the row's
   // expert)
   float global_scale = 0.0f;
@@ -97,24 +163,35 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
   if (in_tile && sub == 0) *scale = live ? static_cast<uint8_t>(out.scale) : 0;
 }
 
-// Launch the kernel of one instantiation on `stream`.
+// Launch the kernel of one instantiation on `stream` (kScatter: the token blocks, then the
+// padding blocks).
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource>
-fp8quant_status_t launch_block_scaled_quant_as(const BlockScaledProblem& problem, cudaStream_t stream) {
+fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cudaStream_t stream) {
   constexpr auto kernel = block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource>;
   constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
-  const dim3 grid((problem.units + kTeams - 1) / kTeams, problem.batch);
+  problem.token_blocks = (problem.units + kTeams - 1) / kTeams;
+  problem.pad_chunks = (problem.slots + kPadSlots - 1) / kPadSlots;
+  const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
+  const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
   return cuda_error(launch_with_pdl(kernel, grid, dim3(kMxThreads), stream, problem, problem.pdl), "kernel launch");
 }
 
-// Launch the kernel for `problem` on `stream` (the C API has checked every value).
+// Launch the kernel for `problem` on `stream` (the C API has checked every value). The dispatch
+// source is built for NVFP4 only: the format whose per-expert encode scales need it.
 template <class Arch>
-fp8quant_status_t launch_block_scaled_quant(const BlockScaledProblem& problem, cudaStream_t stream) {
-  return FP8QUANT_DISPATCH_BOOL(problem.source == QuantSource::kSiluMul, kSiluMul, [&] {
-    constexpr QuantSource kSource = kSiluMul ? QuantSource::kSiluMul : QuantSource::kRows;
-    return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
-      return FP8QUANT_DISPATCH_BLOCK_FORMAT(problem.format, kFormat, [&] {
-        return FP8QUANT_DISPATCH_BOOL(problem.layout == FP8QUANT_MX_SCALE_SWIZZLED, kSwizzled, [&] {
-          return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+fp8quant_status_t launch_block_scaled_quant(const BlockScaledProblem& problem_in, cudaStream_t stream) {
+  BlockScaledProblem problem = problem_in;
+  return FP8QUANT_DISPATCH_DTYPE(problem.dtype, T, [&] {
+    return FP8QUANT_DISPATCH_BOOL(problem.layout == FP8QUANT_MX_SCALE_SWIZZLED, kSwizzled, [&] {
+      return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
+        if (problem.source == QuantSource::kScatter) {
+          if (problem.format != BlockFormat::kNvfp4) return no_kernel_for("format", static_cast<int>(problem.format));
+          return launch_block_scaled_quant_as<Arch, T, BlockFormat::kNvfp4, kSwizzled, kAligned, QuantSource::kScatter>(
+              problem, stream);
+        }
+        return FP8QUANT_DISPATCH_BLOCK_FORMAT(problem.format, kFormat, [&] {
+          return FP8QUANT_DISPATCH_BOOL(problem.source == QuantSource::kSiluMul, kSiluMul, [&] {
+            constexpr QuantSource kSource = kSiluMul ? QuantSource::kSiluMul : QuantSource::kRows;
             return launch_block_scaled_quant_as<Arch, T, kFormat, kSwizzled, kAligned, kSource>(problem, stream);
           });
         });

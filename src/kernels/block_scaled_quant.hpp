@@ -42,15 +42,30 @@ struct BlockScaledProblem {
   bool aligned;                 // x and q pointers and strides allow 16-byte accesses
   bool pdl;                     // launch with programmatic dependent launch (fp8quant_set_pdl)
 
-  // The SiLU-and-mul source (kSiluMul; kRows reads x's rows): q row r is silu(gate) * up of x's
-  // row r [gate | up], with the MoE layouts' rows as QuantProblem's kSiluMul (moe_rows.cuh)
+  // MoE sources (kRows reads x's rows), with the MoE layouts' rows as QuantProblem's
+  // (moe_rows.cuh):
+  //   kSiluMul  q row r is silu(gate) * up of x's row r [gate | up];
+  //   kScatter  (NVFP4) teams walk x's rows (tokens): token t's row is quantized with the encode
+  //             scale of each of its slots' experts and stored at the slot's flat destination row
+  //             row_map[t * slots_per_row + j] ([dest_batch, dest_m] rows; -1 or past them:
+  //             dropped); then pad_chunks blocks per expert zero the scale bytes of its tile
+  //             padding (moe_rows.cuh: tile_padding).
   QuantSource source;
-  int64_t up_offset;                // elements from a row's gate half to its up half
-  const int32_t* row_map;           // contiguous layout: m_indices, or null
-  const int32_t* row_counts;        // masked layouts: live rows of each batch, or null
-  const int32_t* used_rows;         // contiguous layout: rows at or past *used_rows are untouched, or null
+  int64_t up_offset;                // kSiluMul: elements from a row's gate half to its up half
+  const int32_t* row_map;           // kSiluMul: m_indices, or null; kScatter: the slots' rows [tokens, slots_per_row]
+  const int32_t* row_counts;        // live rows of each batch (kSiluMul, masked) or expert (kScatter), or null
+  const int32_t* row_starts;        // kScatter, contiguous: each expert's first row [experts + 1], or null
+  const int32_t* used_rows;         // kSiluMul, contiguous: rows at or past *used_rows are untouched, or null
+  const int32_t* row_experts;       // kScatter, contiguous: the expert of each destination row (m_indices)
   int32_t pad_align;                // masked layouts: rows per tile
-  bool global_scale_by_row_expert;  // NVFP4, contiguous layout: row r's encode scale is global_scale[row_map[r]]
+  int32_t slots_per_row;            // kScatter: slots per token (k)
+  int32_t experts;                  // kScatter: experts whose tile padding the last blocks zero
+  int32_t dest_batch;               // kScatter: batches of q and the scales (1, or experts when masked)
+  int32_t dest_m;                   // kScatter: rows per destination batch
+  int32_t dest_rows;                // kScatter: scale layout rows per destination batch (dest_m, or padded)
+  int32_t token_blocks;             // kScatter: blocks of the token part (set by the launcher)
+  int32_t pad_chunks;               // kScatter: padding blocks per expert (set by the launcher)
+  bool global_scale_by_row_expert;  // NVFP4, contiguous kSiluMul: row r's encode scale is global_scale[row_map[r]]
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, BlockScaledProblem)

@@ -162,16 +162,10 @@ struct Fp4Slice {
   uint32_t s;
 };
 
-// NVFP4 (docs/contract.md, "NVFP4"): quantize the slice of each lane, one group of 16, with the
-// encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)), elements e2m1(RN(x * RN(S / s)))
-// (0 when s is 0), every division IEEE. Every lane of the warp calls it.
-template <typename T>
-__device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, float global_scale) {
-  // Reduce amax
-  float v[kElemsPerThread];
-  bool has_inf;
-  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
-
+// NVFP4 (docs/contract.md, "NVFP4"): encode a slice v of one group of 16 whose finite amax is
+// `amax` with the encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)), elements
+// e2m1(RN(x * RN(S / s))) (0 when s is 0), every division IEEE.
+__device__ __forceinline__ Fp4Slice encode_nvfp4(const float (&v)[kElemsPerThread], float amax, float global_scale) {
   // Scale
   Fp4Slice result;
   result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
@@ -189,6 +183,16 @@ __device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, 
     result.q[w] = word;
   }
   return result;
+}
+
+// NVFP4: quantize the slice of each lane, one group of 16, with the encode scale `global_scale`
+// (encode_nvfp4). Every lane of the warp calls it.
+template <typename T>
+__device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, float global_scale) {
+  float v[kElemsPerThread];
+  bool has_inf;
+  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
+  return encode_nvfp4(v, amax, global_scale);
 }
 
 }  // namespace fp8quant::kernels

@@ -1,7 +1,7 @@
-// Which rows of an MoE layout hold tokens (docs/contract.md, "MoE"), for the kernels that read
-// expert rows (the SiLU-and-mul sources of per_token_group_quant.cuh and block_scaled_quant.cuh):
-// a row without a token is padding; inside a grouped GEMM's tile its scales are written as 0,
-// past the tiles nothing is touched.
+// Which rows of an MoE layout hold tokens (docs/contract.md, "MoE"), for the kernels that read or
+// write expert rows (the SiLU-and-mul and dispatch sources of per_token_group_quant.cuh and
+// block_scaled_quant.cuh): a row without a token is padding; inside a grouped GEMM's tile its
+// scales are written as 0, past the tiles nothing is touched.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +42,31 @@ __device__ __forceinline__ bool narrow_to_moe_rows(const Problem& p, int64_t b, 
     live = live && __ldg(p.row_map + m) >= 0;
   }
   return false;
+}
+
+// Expert e's tile padding in the dispatch's destination, as the problem p describes it: rows
+// [first, last) of batch b, clamped to the layout's `rows` (contiguous: [row_starts[e] +
+// row_counts[e], row_starts[e + 1]) of batch 0; masked, row_starts null: [row_counts[e],
+// align_up(row_counts[e], pad_align)) of batch e).
+struct TilePadding {
+  int64_t b;
+  int32_t first;
+  int32_t last;
+};
+
+template <class Problem>
+__device__ __forceinline__ TilePadding tile_padding(const Problem& p, int32_t e, int32_t rows) {
+  const int64_t count = max(__ldg(p.row_counts + e), 0);
+  int64_t b = 0, lo = count, hi = tile_end(count, p.pad_align);
+  if (p.row_starts != nullptr) {
+    lo += __ldg(p.row_starts + e);
+    hi = __ldg(p.row_starts + e + 1);
+  } else {
+    b = e;
+  }
+  const int32_t last = static_cast<int32_t>(min(hi, int64_t{rows}));
+  const int32_t first = static_cast<int32_t>(min(max(lo, int64_t{0}), int64_t{last}));  // clamped in 64 bits
+  return {b, first, last};
 }
 
 }  // namespace fp8quant::kernels

@@ -121,20 +121,12 @@ constexpr int32_t kPadColumns = 8;
 template <ScaleOrder kOrder>
 __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t e, int32_t c0) {
   using Scale = std::conditional_t<kOrder == ScaleOrder::kPacked, uint32_t, float>;
-  const int64_t count = max(__ldg(p.row_counts + e), 0);
-  int64_t b = 0, lo = count, hi = tile_end(count, p.pad_align);
-  if (p.row_starts != nullptr) {
-    lo += __ldg(p.row_starts + e);
-    hi = __ldg(p.row_starts + e + 1);
-  } else {
-    b = e;
-  }
-  const int32_t last = static_cast<int32_t>(min(hi, int64_t{p.dest_rows}));
-  const int32_t first = static_cast<int32_t>(min(max(lo, int64_t{0}), int64_t{last}));  // clamped in 64 bits
+  const TilePadding pad = tile_padding(p, e, p.dest_rows);
   const int32_t cols = scale_columns<kOrder>(p);
   for (int32_t col = c0; col < min(c0 + kPadColumns, cols); ++col) {
-    for (int32_t m = first + static_cast<int32_t>(threadIdx.x); m < last; m += static_cast<int32_t>(blockDim.x)) {
-      *scale_at<kOrder, Scale>(p, b, m, col, p.dest_rows) = Scale{0};
+    for (int32_t m = pad.first + static_cast<int32_t>(threadIdx.x); m < pad.last;
+         m += static_cast<int32_t>(blockDim.x)) {
+      *scale_at<kOrder, Scale>(p, pad.b, m, col, p.dest_rows) = Scale{0};
     }
   }
 }

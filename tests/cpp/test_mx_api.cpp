@@ -1,7 +1,7 @@
 // The block-scaled C API (fp8quant_mxfp8_quant, fp8quant_nvfp4_quant, fp8quant_mx_scale_bytes, and the fused producers
-// fp8quant_silu_mul_mxfp8 / _nvfp4, fp8quant_rms_norm_mxfp8 / _nvfp4): every refusal names its argument, with cases on
-// both sides of each boundary, and the scale buffer's size in both layouts.
-// No launch: the kernel's bytes are checked against the reference in tests/python/test_mx_gpu.py.
+// fp8quant_silu_mul_mxfp8 / _nvfp4, fp8quant_rms_norm_mxfp8 / _nvfp4, fp8quant_moe_dispatch_nvfp4): every refusal names
+// its argument, with cases on both sides of each boundary, and the scale buffer's size in both layouts. No launch: the
+// kernel's bytes are checked against the reference in tests/python/test_mx_gpu.py.
 #include <cstdint>
 
 #include "fixture.hpp"
@@ -157,6 +157,37 @@ void test_norm_validation() {
   c = NormCall(), c.scale = static_cast<char*>(kFakeQ) + 4 * 64 - 4, expect_invalid(c, "scale", "overlaps q");
 }
 
+// MoE dispatch into NVFP4: 4 tokens of h = 64, k = 2, 2 experts, the contiguous layout of 256 rows
+struct DispatchCall {
+  const int32_t* slot_rows = fake_address<const int32_t>(5);
+  const int32_t* counts = fake_address<const int32_t>(6);
+  const int32_t* row_offsets = fake_address<const int32_t>(7);
+  const int32_t* m_indices = fake_address<const int32_t>(8);
+  const float* global_scale = fake_address<const float>(4);
+  int64_t tokens = 4, h = 64, k = 2, experts = 2, rows = 256, max_m = 0, global_scales = 2, q_batch_stride = 0;
+
+  fp8quant_status_t run() const {
+    return fp8quant_moe_dispatch_nvfp4(kFakeX, FP8QUANT_DTYPE_BFLOAT16, tokens, h, h, slot_rows, k, counts, row_offsets,
+                                       m_indices, experts, 128, rows, max_m, kFakeQ, q_batch_stride, h / 2, kFakeScale,
+                                       FP8QUANT_MX_SCALE_SWIZZLED, global_scale, global_scales, nullptr);
+  }
+};
+
+void test_dispatch_validation() {
+  DispatchCall c;
+  expect_valid_without_gpu(c);
+  c.h = 40, expect_invalid(c, "h", "multiple of 16");
+  c = DispatchCall(), c.global_scales = 3, expect_invalid(c, "global_scales");
+  c = DispatchCall(), c.m_indices = nullptr, expect_invalid(c, "m_indices", "one encode scale per expert");
+  c.global_scales = 1, expect_valid_without_gpu(c);  // one scale for all: no m_indices needed
+  c = DispatchCall(), c.row_offsets = nullptr, c.m_indices = nullptr, c.max_m = 8, c.q_batch_stride = 8 * 32;
+  expect_valid_without_gpu(c);  // masked: a row's expert is its batch
+  c = DispatchCall(), c.max_m = 4, expect_invalid(c, "max_m", "contiguous layout");
+  c = DispatchCall(), c.tokens = 0, c.slot_rows = nullptr;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);  // no token: nothing to write
+  c = DispatchCall(), c.m_indices = static_cast<const int32_t*>(kFakeScale), expect_invalid(c, "scale", "overlaps");
+}
+
 }  // namespace
 
 int main() {
@@ -165,5 +196,6 @@ int main() {
   test_nvfp4_validation();
   test_silu_validation();
   test_norm_validation();
+  test_dispatch_validation();
   return finish("MX API", false);
 }

@@ -187,10 +187,58 @@ def test_silu_mul_block_scaled_refusals(call, error, match):
         call(randn(4, 128))
 
 
+# --- MoE dispatch -> NVFP4 -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_moe_dispatch_nvfp4_rows(layout):
+    """Each slot's row is the token quantized with its expert's encode scale; rows without a token
+    are zero (data and scale bytes)."""
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(-1, 4, (30, 3), generator=gen, dtype=torch.int32)
+    ids[0] = torch.tensor([2, 2, 2])  # a token whose slots all go to one expert
+    routing = reference.moe_routing(ids, 4, align=16, max_m=90)
+    x = randn(30, 96, seed=3)
+    g = torch.tensor([40.0, 300.0, 7.0, 1000.0])
+    kw = dict(layout=layout, max_m=90 if layout == "masked" else None, scale_layout="row")
+    q, s = fp8quant.moe_dispatch_nvfp4(x, routing, g, **kw)
+    rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    flat_q, flat_s = q.reshape(-1, 48), s.reshape(-1, 6)
+    filled = torch.zeros(flat_q.shape[0], dtype=torch.bool)
+    for t in range(30):
+        for j in range(3):
+            row, e = int(rows[t, j]), int(ids[t, j])
+            if row < 0:
+                assert e < 0
+                continue
+            q_t, s_t, _ = fp8quant.nvfp4_quant(x[t : t + 1], g[e], scale_layout="row")
+            assert same(flat_q[row], q_t[0]) and same(flat_s[row], s_t[0])
+            filled[row] = True
+    assert not flat_q[~filled].any() and not flat_s[~filled].view(torch.uint8).any()
+    one = fp8quant.moe_dispatch_nvfp4(x, routing, torch.tensor(300.0), **kw)  # one encode scale for all
+    same_four = fp8quant.moe_dispatch_nvfp4(x, routing, torch.full((4,), 300.0), **kw)
+    assert all(same(a, b) for a, b in zip(one, same_four, strict=True))
+
+
+def test_moe_dispatch_nvfp4_refusals():
+    routing = reference.moe_routing(torch.tensor([[0, 1], [1, -1]], dtype=torch.int32), 2, max_m=2)
+    x = randn(2, 64)
+    g = torch.ones(2)
+    for call, error, match in [
+        (lambda: fp8quant.moe_dispatch_nvfp4(x[:, :40], routing, g), ValueError, r"H=40\) must be a positive multiple"),
+        (lambda: fp8quant.moe_dispatch_nvfp4(x, routing, torch.ones(3)), ValueError, r"\[\] or \[2\]"),
+        (lambda: fp8quant.moe_dispatch_nvfp4(x, routing, g, layout="masked"), ValueError, "needs max_m"),
+        (lambda: fp8quant.moe_dispatch_nvfp4(x, routing, g, scale_layout="mn_tma"), ValueError, "scale_layout"),
+        (lambda: fp8quant.moe_dispatch_nvfp4(x[:1], routing, g), ValueError, "tokens"),
+    ]:  # fmt: skip
+        with pytest.raises(error, match=match):
+            call()
+
+
 def test_registered_schemas():
     schemas = {
         name: str(getattr(torch.ops.fp8quant, name).default._schema)
-        for name in ("rms_norm_mxfp8", "add_rms_norm_nvfp4", "silu_mul_mxfp8", "silu_mul_nvfp4")
+        for name in ("rms_norm_mxfp8", "add_rms_norm_nvfp4", "silu_mul_mxfp8", "silu_mul_nvfp4", "moe_dispatch_nvfp4")
     }
     assert schemas == {
         "rms_norm_mxfp8": "fp8quant::rms_norm_mxfp8(Tensor x, Tensor weight, float eps, str recipe, str scale_layout)"
@@ -201,6 +249,9 @@ def test_registered_schemas():
         "int align, str recipe, str scale_layout) -> (Tensor, Tensor)",
         "silu_mul_nvfp4": "fp8quant::silu_mul_nvfp4(Tensor x, Tensor m_indices, Tensor used_rows, Tensor masked_m, "
         "Tensor global_scale, int align, str scale_layout) -> (Tensor, Tensor)",
+        "moe_dispatch_nvfp4": "fp8quant::moe_dispatch_nvfp4(Tensor x, Tensor slot_rows, Tensor counts, "
+        "Tensor row_offsets, Tensor m_indices, Tensor global_scale, int rows, int max_m, int align, str scale_layout)"
+        " -> (Tensor, Tensor)",
     }
     compiled = torch.compile(lambda x: fp8quant.silu_mul_mxfp8(x), backend="eager", fullgraph=True)
     x = randn(4, 128)
@@ -240,6 +291,14 @@ def test_c_api_refusals():
         for name, value in bad:
             with pytest.raises(ValueError, match=rf"^{name}:"):
                 entry(**(good | {name: value}), stream=0)
+    dispatch = dict(x=1 << 20, x_dtype=2, tokens=4, h=64, x_row_stride=64, slot_rows=5 << 20, k=2, counts=6 << 20,
+                    row_offsets=7 << 20, m_indices=8 << 20, experts=2, align=128, rows=256, max_m=0, q=2 << 20,
+                    q_batch_stride=0, q_row_stride=32, scale=3 << 20, scale_layout=1, global_scale=4 << 20,
+                    global_scales=2)  # fmt: skip
+    for name, value in [("h", 40), ("k", 0), ("experts", 0), ("global_scales", 3), ("m_indices", 0), ("max_m", 4),
+                        ("slot_rows", 0), ("q_row_stride", 16), ("scale_layout", 2)]:  # fmt: skip
+        with pytest.raises(ValueError, match=rf"^{name}:"):
+            c.moe_dispatch_nvfp4_ptr(**(dispatch | {name: value}), stream=0)
     with pytest.raises(ValueError, match="^masked_m: give m_indices"):
         c.silu_mul_mxfp8_ptr(**(silu | dict(m_indices=5 << 20, masked_m=6 << 20, recipe=0)), stream=0)
     with pytest.raises(ValueError, match="^q: overlaps global_scale"):

@@ -1,6 +1,7 @@
 """GPU tests of the fused producers of MXFP8 and NVFP4 (issue 28): ``rms_norm_mxfp8``,
-``rms_norm_nvfp4`` (with and without the residual) and ``silu_mul_mxfp8``, ``silu_mul_nvfp4``
-(plain rows, the contiguous and the masked MoE layouts). Each kernel must be bit-identical to
+``rms_norm_nvfp4`` (with and without the residual), ``silu_mul_mxfp8``, ``silu_mul_nvfp4``
+(plain rows, the contiguous and the masked MoE layouts) and ``moe_dispatch_nvfp4`` (per-expert
+encode scales, both layouts). Each kernel must be bit-identical to
 ``fp8quant.reference`` on random data (never zeros), with out= buffers poisoned and guarded:
 every byte of a written row's scales, the swizzled layout's padding included, must be written;
 the MoE layouts' rows without tokens must be neither read (they hold NaN) nor written outside
@@ -16,6 +17,7 @@ from gpu_harness import check_graph, check_op, check_side_stream, compare_output
 
 import fp8quant
 from fp8quant import reference as R
+from fp8quant.moe import _dispatch_fp4 as DISPATCH_FP4
 from fp8quant.moe import _silu_fp4 as SILU_FP4
 from fp8quant.moe import _silu_mx as SILU_MX
 from fp8quant.norm import _add_norm_fp4, _add_norm_mx, _norm_fp4, _norm_mx
@@ -220,6 +222,78 @@ def test_silu_mul_block_scaled_unaligned_stream_graph(gen):
 
     check_graph(call, new_inputs, lambda: R.silu_mul_nvfp4(masked, g, masked_m=counts), buffers, variant="out",
                 written=lambda: silu_written(buffers, "swizzled", masked, None, None, counts, 128))  # fmt: skip
+
+
+# --- MoE dispatch -> NVFP4 -----------------------------------------------------------------------
+
+
+def dispatch_written(buffers, routing, layout, max_m, scale_layout, align=128):
+    """What moe_dispatch_nvfp4 writes: q of the rows holding a token; the scale bytes of every
+    row of each expert's tile (below M_sum when contiguous)."""
+    rows = torch.arange(buffers[1].shape[-2], device="cuda")
+    if layout == "contiguous":
+        live = torch.zeros(routing.m_indices.numel(), dtype=torch.bool, device="cuda")
+        live[routing.inv_perm[routing.inv_perm >= 0].long()] = True
+        return row_mask(buffers, live, rows < int(routing.row_offsets[-1]), scale_layout)
+    counts = routing.counts.unsqueeze(1)
+    return row_mask(buffers, torch.arange(max_m, device="cuda") < counts, rows < align_up(counts, align), scale_layout)
+
+
+def check_dispatch(x, routing, g, layout, max_m, scale_layout, align=128):
+    refs = R.moe_dispatch_nvfp4(x, routing, g, layout=layout, max_m=max_m, scale_layout=scale_layout)
+    slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm
+    buffers = DISPATCH_FP4.buffers(x, slot_rows, routing.counts, routing.row_offsets, routing.m_indices, g,
+                                   routing.m_indices.numel(), max_m or 0, align, scale_layout)  # fmt: skip
+    check_op(
+        lambda out=None: fp8quant.moe_dispatch_nvfp4(x, routing, g, layout=layout, max_m=max_m, align=align,
+                                                     scale_layout=scale_layout, out=out),
+        refs, buffers, written=dispatch_written(buffers, routing, layout, max_m, scale_layout, align),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("e", [8, 256])
+@pytest.mark.parametrize("k", [1, 2, 8])
+@pytest.mark.parametrize("t", [1, 7, 4096])
+def test_moe_dispatch_nvfp4(t, k, e, gen):
+    ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, e, expert_offset=e // 2, max_m=t * k)  # other ranks own half the ids
+    h = 7168 if t * k * e <= 7 * 8 * 256 else 1024
+    x = make_input((t, h), torch.bfloat16, gen)
+    g = torch.rand(e, generator=gen, device="cuda") * 2000 + 0.5
+    for scale_layout in LAYOUTS:
+        check_dispatch(x, routing, g, "contiguous", None, scale_layout)
+    if t * k <= 64:  # the masked layout's rows grow with max_m
+        check_dispatch(x, routing, g, "masked", t * k, "swizzled")
+        check_dispatch(x, routing, g[0], "masked", t * k, "row")  # one encode scale for all
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_moe_dispatch_nvfp4_dtypes_odd_groups_trailing_rows(dtype, gen):
+    ids = torch.randint(-1, 8, (100, 2), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, 8, max_m_sum=100 * 2 + 8 * 128 + 3, max_m=41)  # rows past M_sum too
+    x = make_input((100, 16 * 13), dtype, gen)  # 13 groups: the swizzled slots pad to 16
+    g = torch.rand(8, generator=gen, device="cuda") * 100 + 1
+    for scale_layout in LAYOUTS:
+        check_dispatch(x, routing, g, "contiguous", None, scale_layout)
+        for align in (128, 16, 1):
+            check_dispatch(x, routing, g, "masked", 41, scale_layout, align)
+
+
+def test_moe_dispatch_nvfp4_unaligned_graph(gen):
+    ids = torch.randint(0, 8, (64, 4), generator=gen, device="cuda", dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, 8, max_m_sum=64 * 4 + 8 * 128)
+    g = torch.rand(8, generator=gen, device="cuda") * 100 + 1
+    wide = make_input((64, 1024 + 16), torch.bfloat16, gen)
+    check_dispatch(wide[:, 8:1032], routing, g, "contiguous", None, "swizzled")  # rows 16-byte aligned, strided
+    check_dispatch(wide[:, 1:1025], routing, g, "contiguous", None, "row")  # misaligned: element-wise
+    x = make_input((64, 1024), torch.bfloat16, gen)
+    buffers = DISPATCH_FP4.buffers(x, routing.inv_perm, routing.counts, routing.row_offsets, routing.m_indices, g,
+                                   routing.m_indices.numel(), 0, 128, "swizzled")  # fmt: skip
+    written = dispatch_written(buffers, routing, "contiguous", None, "swizzled")
+    call = lambda out=None: fp8quant.moe_dispatch_nvfp4(x, routing, g, out=out)
+    check_side_stream(call, R.moe_dispatch_nvfp4(x, routing, g), buffers, written=written)
+    check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)), lambda: R.moe_dispatch_nvfp4(x, routing, g),
+                buffers, variant="out", written=lambda: written)  # fmt: skip
 
 
 def test_silu_then_norm_consumers_agree(gen):

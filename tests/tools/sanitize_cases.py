@@ -115,6 +115,9 @@ def run_cases() -> tuple[int, int]:
     for shape, layout in (((37, 2 * 96), "swizzled"), ((4, 33, 2 * 64), "row"), ((200, 2 * 512), "swizzled")):
         failures += not check_block_scaled_silu(shape, layout, gen)
         cases += 2
+    for t, k, e, layout in ((7, 2, 8, "swizzled"), (300, 8, 64, "row"), (1, 8, 256, "swizzled")):
+        failures += not check_dispatch_nvfp4(t, k, e, layout, gen)
+        cases += 1
     for m, h, layout, residual in ((1, 96, "swizzled", True), (130, 16384, "row", False), (5, 7168, "swizzled", True)):
         failures += not check_block_scaled_norm(m, h, layout, residual, gen)
         cases += 2
@@ -246,6 +249,22 @@ def check_dispatch(t: int, k: int, e: int, layout: str, gen) -> bool:
         fp8quant.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout, out=(q, s))
         rq, rs = fp8quant.reference.moe_dispatch_quant(x, routing, layout=kind, max_m=max_m, scale_layout=layout)
         ok &= torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+    return bool(ok)
+
+
+def check_dispatch_nvfp4(t: int, k: int, e: int, scale_layout: str, gen) -> bool:
+    """Dispatch into NVFP4 with per-expert encode scales, both MoE layouts, dropped slots."""
+    ids = torch.randint(-1, 2 * e, (t, k), device="cuda", generator=gen, dtype=torch.int32)
+    routing = fp8quant.moe_routing(ids, e, expert_offset=e // 2, max_m=t * k)
+    x = torch.randn(t, 208, device="cuda", generator=gen).to(torch.bfloat16)  # 13 groups of 16
+    g = torch.rand(e, device="cuda", generator=gen) * 100 + 1
+    ok = True
+    for kind, max_m in (("contiguous", None), ("masked", t * k)):
+        kw = dict(layout=kind, max_m=max_m, scale_layout=scale_layout)
+        q, s = zeroed(fp8quant.moe_dispatch_nvfp4(x, routing, g, **kw))
+        fp8quant.moe_dispatch_nvfp4(x, routing, g, **kw, out=(q, s))
+        rq, rs = fp8quant.reference.moe_dispatch_nvfp4(x, routing, g, **kw)
+        ok &= torch.equal(q, rq) and torch.equal(s.view(torch.uint8), rs.view(torch.uint8))
     return bool(ok)
 
 

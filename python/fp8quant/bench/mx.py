@@ -7,7 +7,10 @@ copy bandwidth for the bytes each must move (read x; write q and the whole scale
 - ``nvfp4``: :func:`fp8quant.nvfp4_quant` with its encode scale given (swizzled scales);
 - ``nvfp4 + global amax``: the same computing the encode scale first (PyTorch ops);
 - ``compiled reference``: ``torch.compile`` of ``fp8quant.reference.mxfp8_quant`` (row-major
-  scales), what an engine without a kernel would run.
+  scales), what an engine without a kernel would run;
+- the fused producers beside their unfused chains (the same bytes): ``rms_norm_nvfp4`` and
+  ``rms_norm + nvfp4_quant`` (x [M, K], a weight [K]); ``silu_mul_mxfp8`` and
+  ``silu_and_mul + mxfp8_quant`` (x [M, K] as [gate | up], outputs of K / 2 columns).
 
 Issue 28's target: the quantizers at >= 90% of the copy bandwidth at M >= 2048, K = 7168. Same
 method as the other modes: CUDA graphs of N calls over rotated buffer sets, median of replays.
@@ -18,7 +21,10 @@ from __future__ import annotations
 import torch
 
 from .. import reference
+from .._checks import NORM_MAX_H
+from ..moe import silu_mul_mxfp8
 from ..mx import mxfp8_quant, nvfp4_global_scale, nvfp4_quant
+from ..norm import rms_norm, rms_norm_nvfp4
 from ..reference.mx import swizzled_shape
 from . import timing
 
@@ -49,6 +55,19 @@ def time_shape(m: int, k: int, dtype: torch.dtype, copy_gbps: float, rotation_by
         ("mxfp8 row", lambda i: mxfp8_quant(sets[i], scale_layout="row"), m * k + _scale_bytes(m, k // 32, False)),
         ("nvfp4", lambda i: nvfp4_quant(sets[i], global_scale), m * k // 2 + _scale_bytes(m, k // 16, True)),
         ("nvfp4 + global amax", lambda i: nvfp4_quant(sets[i]), m * k // 2 + _scale_bytes(m, k // 16, True)),
+    ]
+    weight = timing.random_input(1, k, dtype, device).view(k)
+    norm_out = m * k // 2 + _scale_bytes(m, k // 16, True)
+    silu_out = m * k // 2 + _scale_bytes(m, k // 64, True)
+    if dtype != torch.float32 and k <= NORM_MAX_H:  # the norm's rows
+        cases += [
+            ("rms_norm_nvfp4", lambda i: rms_norm_nvfp4(sets[i], weight, global_scale), k * dtype.itemsize + norm_out),
+            ("rms_norm + nvfp4_quant", lambda i: nvfp4_quant(rms_norm(sets[i], weight), global_scale),
+             k * dtype.itemsize + norm_out),
+        ]  # fmt: skip
+    cases += [
+        ("silu_mul_mxfp8", lambda i: silu_mul_mxfp8(sets[i]), silu_out),
+        ("silu_and_mul + mxfp8_quant", lambda i: mxfp8_quant(reference.silu_and_mul(sets[i])), silu_out),
     ]
     results = []
     for name, call, out_bytes in cases:

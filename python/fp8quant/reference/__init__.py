@@ -11,8 +11,10 @@ from __future__ import annotations
 from ._core import FP8_MAX, dequantize_blocks, dequantize_groups, quantize_groups, ue8m0_round_up
 from .moe import (
     moe_combine,
+    moe_dispatch_nvfp4,
     moe_dispatch_quant,
     moe_routing,
+    moe_scatter_nvfp4,
     moe_scatter_quant,
     silu_and_mul,
     silu_mul_mxfp8,
@@ -33,8 +35,10 @@ __all__ = [
     "dequantize_groups",
     "inverse_rms",
     "moe_combine",
+    "moe_dispatch_nvfp4",
     "moe_dispatch_quant",
     "moe_routing",
+    "moe_scatter_nvfp4",
     "moe_scatter_quant",
     "mxfp8_dequant",
     "mxfp8_quant",

@@ -1,5 +1,6 @@
-"""References of the MoE ops (docs/contract.md, "MoE"): routing metadata, dispatch + quantize,
-SiLU-and-mul + quantize (FP8 groups, MXFP8, NVFP4), combine."""
+"""References of the MoE ops (docs/contract.md, "MoE"): routing metadata, dispatch + quantize
+(FP8 groups, NVFP4 with per-expert encode scales), SiLU-and-mul + quantize (FP8 groups, MXFP8,
+NVFP4), combine."""
 
 from __future__ import annotations
 
@@ -141,6 +142,59 @@ def moe_scatter_quant(
     layout, drops the slot. Rows without a token are zero, data and scales (the kernels write only
     their scales inside a tile)."""
     check_quant_args(x, group_size, eps)
+    xr, filled = _scatter_rows(x, slot_rows, rows_shape)
+    q, scale = per_token_group_quant(xr, group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps)
+    return q, _zero_rows(scale, ~filled)
+
+
+def moe_dispatch_nvfp4(
+    x: torch.Tensor,
+    routing: MoeRouting,
+    global_scale: torch.Tensor,
+    *,
+    layout: str = "contiguous",
+    max_m: int | None = None,
+    scale_layout: str = "swizzled",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens ``x [T, H]`` permuted into an expert-grouped layout as :func:`moe_dispatch_quant`
+    does, each row quantized to NVFP4 with the encode scale of its expert (``global_scale``
+    float32 ``[]`` for all, or ``[E]``). Rows without a token are zero, data and scale bytes."""
+    if layout not in ("contiguous", "masked"):
+        raise ValueError(f"layout must be 'contiguous' or 'masked', got {layout!r}")
+    check_routing_tokens(x, routing)
+    if layout == "contiguous":
+        return moe_scatter_nvfp4(x, routing.inv_perm, (routing.m_indices.numel(),), global_scale,
+                                 row_experts=routing.m_indices, scale_layout=scale_layout)  # fmt: skip
+    if routing.masked_row is None or max_m is None:
+        raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
+    return moe_scatter_nvfp4(x, routing.masked_row, (routing.counts.numel(), max_m), global_scale,
+                             scale_layout=scale_layout)  # fmt: skip
+
+
+def moe_scatter_nvfp4(
+    x: torch.Tensor,
+    slot_rows: torch.Tensor,
+    rows_shape: tuple[int, ...],
+    global_scale: torch.Tensor,
+    *,
+    row_experts: torch.Tensor | None = None,
+    scale_layout: str = "swizzled",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`moe_scatter_quant`'s rows in NVFP4: each row with the encode scale of its expert,
+    ``global_scale[e]`` of ``[E]`` (masked ``rows_shape (E, max_m)``: a row's expert is its
+    batch; contiguous: ``row_experts[r]``, the routing's m_indices), or the one ``[]``."""
+    xr, _ = _scatter_rows(x, slot_rows, rows_shape)
+    g = global_scale.float().to(x.device)
+    if g.dim() == 1 and len(rows_shape) == 1:
+        if row_experts is None:
+            raise ValueError("one encode scale per expert in the contiguous layout needs row_experts (m_indices)")
+        return _quantize_rows(xr, g[row_experts.to(x.device).long().clamp(min=0)], scale_layout)
+    return nvfp4_quant(xr, g, scale_layout=scale_layout)[:2]
+
+
+def _scatter_rows(x: torch.Tensor, slot_rows: torch.Tensor, rows_shape: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows of ``x [T, H]`` at their slots' flat rows of a ``rows_shape`` layout: the rows
+    ``[*rows_shape, H]`` (zero where no slot lands) and whether each holds a token."""
     if x.dim() != 2:
         raise ValueError(f"x must be [T, H], got shape {tuple(x.shape)}")
     if slot_rows.dim() != 2 or slot_rows.shape[0] != x.shape[0]:
@@ -153,10 +207,7 @@ def moe_scatter_quant(
     filled = torch.zeros(total, dtype=torch.bool, device=x.device)
     xr[dest[keep]] = x[token[keep]]
     filled[dest[keep]] = True
-    q, scale = per_token_group_quant(
-        xr.view(*rows_shape, x.shape[1]), group_size, scale_layout=scale_layout, ue8m0=ue8m0, eps=eps
-    )
-    return q, _zero_rows(scale, ~filled.view(rows_shape))
+    return xr.view(*rows_shape, x.shape[1]), filled.view(rows_shape)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
