@@ -36,7 +36,7 @@ from .moe import (
     silu_mul_nvfp4,
     silu_mul_quant,
 )
-from .moe_layer import ExpertWeights, MoELayer, moe_layer, prepare_experts
+from .moe_layer import ExpertWeights, MoELayer, expert_ffn, moe_layer, prepare_experts
 from .mx import (
     MX_RECIPES,
     MX_SCALE_LAYOUTS,
@@ -76,6 +76,7 @@ __all__ = [
     "convert_scales",
     "cuda_version",
     "empty_scale",
+    "expert_ffn",
     "include_dir",
     "library_path",
     "moe_bounds",

@@ -42,11 +42,12 @@ from . import grouped_gemm, reference
 from ._checks import FP8_DTYPE, check_int
 from .gemm import _have_deep_gemm, _import_deep_gemm
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
+from .routing import MoeRouting
 from .weights import per_block_quant
 
 __all__ = [
-    "AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "choose_layout", "moe_layer", "plan", "prepare_experts",
-    "segment_align",
+    "AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "choose_layout", "expert_ffn", "moe_layer", "plan",
+    "prepare_experts", "segment_align",
 ]  # fmt: skip
 
 #: Rows each expert's segment is padded to in the contiguous layout (DeepGEMM SM90's M tile).
@@ -212,6 +213,72 @@ def _gemm(backend: str, layout: str, a: tuple, w: ExpertWeights, d: torch.Tensor
         grouped_gemm.grouped_gemm_torch(a, (w.q, w.scale), d, masked_m=index)
 
 
+def expert_ffn(
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    routing: MoeRouting,
+    w13: ExpertWeights,
+    w2: ExpertWeights,
+    *,
+    layout: str = "contiguous",
+    backend: str = "reference",
+    expected_m: int = 1,
+    align: int = ALIGN,
+) -> torch.Tensor:
+    """The experts of the layer on rows already dispatched into a grouped-GEMM layout: each local
+    expert's ``W2 @ (silu(g) * u)``, ``[g | u] = W13 @ v``, on the rows ``v`` (block-scaled FP8
+    GEMMs, bf16 outputs). :func:`moe_layer` runs it between its dispatch and its combine; an
+    expert-parallel layer (:func:`fp8quant.expert_parallel.ep_moe_layer`) on the rows other ranks
+    sent.
+
+    Args:
+        q, scale: the dispatched rows, float8_e4m3fn ``[rows, H]`` (contiguous layout) or
+            ``[E, max_m, H]`` (masked), and their ``mn_tma`` float32 scales, as
+            :func:`fp8quant.moe_dispatch_quant` writes them.
+        routing: the routing that placed them (``m_indices`` and ``row_offsets`` mark the
+            contiguous rows, ``counts`` the masked ones).
+        w13, w2: :func:`prepare_experts` of the local experts' ``[E, 2I, H]`` and ``[E, H, I]``.
+        layout: ``"contiguous"`` or ``"masked"``.
+        backend: ``"deep_gemm"``, ``"triton"`` or ``"reference"`` (module docstring; resolved,
+            not ``"auto"``).
+        expected_m: typical rows per expert, the GEMMs' tile hint.
+        align: rows per tile of the masked layout (their padding rows get zero scales).
+
+    Returns:
+        bfloat16 ``[rows, H]`` or ``[E, max_m, H]``: each expert's output on the rows of its tokens
+        (other rows are not written).
+
+    Example::
+
+        q, scale = fp8quant.moe_dispatch_quant(x, routing)
+        y = expert_ffn(q, scale, routing, w13, w2, backend="triton", expected_m=8)
+        out = fp8quant.moe_combine(y, routing.inv_perm, topk_weights)
+    """
+    if layout not in _FFN_LAYOUTS:
+        raise ValueError(f"layout must be one of {_FFN_LAYOUTS}, got {layout!r}")
+    if backend not in _FFN_BACKENDS:
+        raise ValueError(f"backend must be one of {_FFN_BACKENDS}, got {backend!r}")
+    for name, w in (("w13", w13), ("w2", w2)):
+        if not isinstance(w, ExpertWeights):
+            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
+    masked = layout == "masked"
+    rows = tuple(q.shape[:-1])
+    index = routing.counts if masked else routing.m_indices
+    y1 = torch.empty((*rows, w13.shape[1]), dtype=torch.bfloat16, device=q.device)
+    _gemm(backend, layout, (q, scale), w13, y1, index, expected_m)
+    if masked:
+        q2, s2 = silu_mul_quant(y1, masked_m=routing.counts, align=align)
+    else:
+        q2, s2 = silu_mul_quant(y1, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
+    y2 = torch.empty((*rows, w2.shape[1]), dtype=torch.bfloat16, device=q.device)
+    _gemm(backend, layout, (q2, s2), w2, y2, index, expected_m)
+    return y2
+
+
+_FFN_LAYOUTS = ("contiguous", "masked")
+_FFN_BACKENDS = ("deep_gemm", "triton", "reference")
+
+
 def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.bfloat16:
         raise TypeError("x must be a bfloat16 tensor [T, H]")
@@ -297,23 +364,11 @@ def moe_layer(
         max_m=max_m if masked else None,
     )  # fmt: skip
     weights = topk_weights.float().contiguous()
-    dev = x.device
     if masked:
-        rows = (e, max_m)
-        index = routing.counts
         q1, s1 = moe_dispatch_quant(x, routing, layout="masked", max_m=max_m, align=ALIGN)
     else:
-        rows = (bounds.max_m_sum,)
-        index = routing.m_indices
         q1, s1 = moe_dispatch_quant(x, routing)
-    y1 = torch.empty((*rows, two_i), dtype=torch.bfloat16, device=dev)
-    _gemm(backend, layout, (q1, s1), w13, y1, index, expected_m)
-    if masked:
-        q2, s2 = silu_mul_quant(y1, masked_m=routing.counts, align=ALIGN)
-    else:
-        q2, s2 = silu_mul_quant(y1, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
-    y2 = torch.empty((*rows, h), dtype=torch.bfloat16, device=dev)
-    _gemm(backend, layout, (q2, s2), w2, y2, index, expected_m)
+    y2 = expert_ffn(q1, s1, routing, w13, w2, layout=layout, backend=backend, expected_m=expected_m)
     return moe_combine(y2, routing.masked_row if masked else routing.inv_perm, weights)
 
 
