@@ -51,7 +51,7 @@ from . import grouped_gemm
 from .gemm import _have_deep_gemm
 from .layouts import align as align_up
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing
-from .moe_layer import ALIGN, ExpertWeights, expert_ffn, segment_align
+from .moe_layer import ALIGN, ExpertWeights, check_expert_weights, expert_ffn, segment_align
 from .pack import convert_scales
 from .quant import per_token_group_quant
 from .routing import MoeRouting
@@ -486,14 +486,7 @@ def _check_weights(x, w13, w2) -> None:
     """What the layer adds to :func:`ep_dispatch`'s checks: bfloat16 tokens, and weights that fit them."""
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype != torch.bfloat16:
         raise TypeError("x must be a bfloat16 tensor [T, H]")
-    for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, ExpertWeights):
-            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
-        if w.q.device != x.device:
-            raise ValueError(f"{name} is on {w.q.device}, x on {x.device}")
-    local, two_i, h = w13.shape
-    if h != x.shape[1] or w2.shape != (local, h, two_i // 2):
-        raise ValueError(f"w13 [E, 2I, H] = {w13.shape} and w2 [E, H, I] = {w2.shape} do not fit x [T, H={x.shape[1]}]")
+    check_expert_weights(w13, w2, x)
 
 
 def ep_moe_layer(

@@ -46,8 +46,8 @@ from .routing import MoeRouting
 from .weights import per_block_quant
 
 __all__ = [
-    "AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "choose_layout", "expert_ffn", "moe_layer", "plan",
-    "prepare_experts", "segment_align",
+    "AUTO_PLAN", "LAYOUT_BY_TOKENS", "ExpertWeights", "MoELayer", "check_expert_weights", "choose_layout", "expert_ffn",
+    "moe_layer", "plan", "prepare_experts", "segment_align",
 ]  # fmt: skip
 
 #: Rows each expert's segment is padded to in the contiguous layout (DeepGEMM SM90's M tile).
@@ -258,9 +258,7 @@ def expert_ffn(
         raise ValueError(f"layout must be one of {_FFN_LAYOUTS}, got {layout!r}")
     if backend not in _FFN_BACKENDS:
         raise ValueError(f"backend must be one of {_FFN_BACKENDS}, got {backend!r}")
-    for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, ExpertWeights):
-            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
+    check_expert_weights(w13, w2)
     masked = layout == "masked"
     rows = tuple(q.shape[:-1])
     index = routing.counts if masked else routing.m_indices
@@ -277,6 +275,23 @@ def expert_ffn(
 
 _FFN_LAYOUTS = ("contiguous", "masked")
 _FFN_BACKENDS = ("deep_gemm", "triton", "reference")
+
+
+def check_expert_weights(w13, w2, x: torch.Tensor | None = None) -> None:
+    """``w13`` and ``w2`` are :func:`prepare_experts` results that fit each other (``[E, 2I, H]``
+    and ``[E, H, I]``, I a multiple of 128) and, given ``x [T, H]``, its H and device."""
+    for name, w in (("w13", w13), ("w2", w2)):
+        if not isinstance(w, ExpertWeights):
+            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
+        if x is not None and w.q.device != x.device:
+            raise ValueError(f"{name} is on {w.q.device}, x on {x.device}")
+    e, two_i, h = w13.shape
+    if x is not None and h != x.shape[1]:
+        raise ValueError(f"w13 is [E, 2I, H] = {w13.shape}, but x has H = {x.shape[1]}")
+    if two_i % 256:
+        raise ValueError(f"w13's 2I = {two_i} must be a multiple of 256 (I a multiple of the 128-wide groups)")
+    if w2.shape != (e, h, two_i // 2):
+        raise ValueError(f"w2 must be [E, H, I] = {(e, h, two_i // 2)} for w13 {w13.shape}, got {w2.shape}")
 
 
 def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None:
@@ -296,18 +311,7 @@ def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None
         or not topk_weights.is_floating_point()
     ):
         raise ValueError(f"topk_weights must be a float tensor of topk_ids' shape {tuple(topk_ids.shape)}")
-    for name, w in (("w13", w13), ("w2", w2)):
-        if not isinstance(w, ExpertWeights):
-            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
-        if w.q.device != x.device:
-            raise ValueError(f"{name} is on {w.q.device}, x on {x.device}")
-    e, two_i, h = w13.shape
-    if h != x.shape[1]:
-        raise ValueError(f"w13 is [E, 2I, H] = {w13.shape}, but x has H = {x.shape[1]}")
-    if two_i % 256:
-        raise ValueError(f"w13's 2I = {two_i} must be a multiple of 256 (I a multiple of the 128-wide groups)")
-    if w2.shape != (e, h, two_i // 2):
-        raise ValueError(f"w2 must be [E, H, I] = {(e, h, two_i // 2)} for w13 {w13.shape}, got {w2.shape}")
+    check_expert_weights(w13, w2, x)
     check_int(expert_offset, "expert_offset", 0)
     for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         if t.device != x.device:

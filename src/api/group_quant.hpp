@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "common/error.hpp"
 #include "fp8quant/quant.h"
 #include "kernels/per_token_group_quant.hpp"
 
@@ -37,6 +39,39 @@ struct GroupSource {
   int64_t experts = 0;
   IndexInput indices[3];  // the arrays above, for the overlap checks (unused entries empty)
 };
+
+// Copy the source's fields into `problem` (QuantProblem or BlockScaledProblem).
+template <class Problem>
+void copy_source(Problem& problem, const GroupSource& source) {
+  problem.source = source.kind;
+  problem.up_offset = source.up_offset;
+  problem.row_map = source.row_map;
+  problem.row_counts = source.row_counts;
+  problem.row_starts = source.row_starts;
+  problem.used_rows = source.used_rows;
+  problem.pad_align = static_cast<int32_t>(source.pad_align);
+}
+
+// Turn `problem` (QuantProblem or BlockScaledProblem), filled for the destination's geometry
+// (batch x m rows, `rows` scale rows per batch), into the dispatch's: teams walk the source's
+// tokens (`token_units` of them, at most `max_units`) and store into that geometry.
+template <class Problem>
+fp8quant_status_t walk_tokens(Problem& problem, const GroupSource& source, int64_t batch, int64_t m, int64_t rows,
+                              int64_t token_units, int64_t max_units) {
+  FP8QUANT_CHECK_ARG(token_units <= max_units, "tokens",
+                     "the tokens need " + std::to_string(token_units) + " group slots, more than the limit of " +
+                         std::to_string(max_units));
+  problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
+  problem.experts = static_cast<int32_t>(source.experts);
+  problem.dest_batch = static_cast<int32_t>(batch);
+  problem.dest_m = static_cast<int32_t>(m);
+  problem.dest_rows = static_cast<int32_t>(rows);
+  problem.batch = 1;
+  problem.m = static_cast<int32_t>(source.in_rows);
+  problem.rows = static_cast<int32_t>(source.in_rows);
+  problem.units = static_cast<int32_t>(token_units);
+  return FP8QUANT_SUCCESS;
+}
 
 fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,
                               int64_t x_batch_stride, int64_t x_row_stride, void* q, int64_t q_batch_stride,

@@ -83,7 +83,7 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
                                ? global_scales == source.experts
                                : source.row_map != nullptr && global_scales > 1;
     FP8QUANT_CHECK_ARG(
-        global_scales == 1 || global_scales == batch || by_expert, "global_scales",
+        (global_scales == 1 || global_scales == batch || by_expert) && global_scales <= kMaxUnits, "global_scales",
         "must be 1, batch (" + to_string(batch) + ") or one per expert; got " + to_string(global_scales));
   }
   if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
@@ -132,35 +132,17 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   problem.layout = out.layout;
   problem.format = out.format;
   problem.global_scale = out.global_scale;
-  problem.global_scale_stride = global_scales > 1 ? 1 : 0;
+  problem.global_scales = static_cast<int32_t>(global_scales);
   problem.global_scale_by_row_expert = global_scales > 1 && source.row_map != nullptr;
   problem.aligned = aligned16(x) && reinterpret_cast<uintptr_t>(q) % q_vec == 0 && xs.row_stride % x_vec == 0 &&
                     xs.batch_stride % x_vec == 0 && source.up_offset % x_vec == 0 && qs.row_stride % q_vec == 0 &&
                     qs.batch_stride % q_vec == 0;
   problem.pdl = fp8quant::pdl_enabled();
-  problem.source = source.kind;
-  problem.up_offset = source.up_offset;
-  problem.row_map = source.row_map;
-  problem.row_counts = source.row_counts;
-  problem.used_rows = source.used_rows;
-  problem.pad_align = static_cast<int32_t>(source.pad_align);
+  copy_source(problem, source);
   if (scatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
-    const int64_t token_units = source.in_rows * slots;
-    FP8QUANT_CHECK_ARG(
-        token_units <= kMaxUnits, "tokens",
-        "the tokens need " + to_string(token_units) + " group slots, more than the limit of " + to_string(kMaxUnits));
-    problem.row_starts = source.row_starts;
+    FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, rows, source.in_rows * slots, kMaxUnits));
     problem.row_experts = out.row_experts;
-    problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
-    problem.experts = static_cast<int32_t>(source.experts);
-    problem.dest_batch = static_cast<int32_t>(batch);
-    problem.dest_m = static_cast<int32_t>(m);
-    problem.dest_rows = static_cast<int32_t>(rows);
-    problem.batch = 1;
-    problem.m = static_cast<int32_t>(source.in_rows);
-    problem.rows = static_cast<int32_t>(source.in_rows);
-    problem.units = static_cast<int32_t>(token_units);
     problem.global_scale_by_row_expert = false;  // the kernel picks each slot's expert itself
   }
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,

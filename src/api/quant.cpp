@@ -127,29 +127,12 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.ue8m0 = ue8m0 != 0;
   problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
   problem.pdl = fp8quant::pdl_enabled();
-  problem.source = source.kind;
-  problem.up_offset = source.up_offset;
-  problem.row_map = source.row_map;
-  problem.row_counts = source.row_counts;
-  problem.row_starts = source.row_starts;
-  problem.used_rows = source.used_rows;
-  problem.pad_align = static_cast<int32_t>(source.pad_align);
+  copy_source(problem, source);
   if (source.kind == fp8quant::QuantSource::kScatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
     const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);
     const int64_t token_units = fp8quant::team_units(tile, source.in_rows, slots);
-    FP8QUANT_CHECK_ARG(
-        token_units <= kMaxUnits, "tokens",
-        "the tokens need " + to_string(token_units) + " group slots, more than the limit of " + to_string(kMaxUnits));
-    problem.slots_per_row = static_cast<int32_t>(source.slots_per_row);
-    problem.experts = static_cast<int32_t>(source.experts);
-    problem.dest_batch = static_cast<int32_t>(batch);
-    problem.dest_m = static_cast<int32_t>(m);
-    problem.dest_rows = static_cast<int32_t>(shape.rows);
-    problem.batch = 1;
-    problem.m = static_cast<int32_t>(source.in_rows);
-    problem.rows = static_cast<int32_t>(source.in_rows);
-    problem.units = static_cast<int32_t>(token_units);
+    FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, shape.rows, token_units, kMaxUnits));
     problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(tile * slots));
   }
 

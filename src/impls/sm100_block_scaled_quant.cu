@@ -1,6 +1,6 @@
-// Block-scaled (MXFP8, NVFP4) quantization for datacenter Blackwell: sm_100f code, which runs on every compute
-// capability 10.x (B200, B300). The E8M0 bytes and e2m1 codes are computed on the bit pattern
-// there too: the hardware conversions are not used yet (their NaN results are unchecked).
+// Block-scaled (MXFP8, NVFP4) quantization for datacenter Blackwell: sm_100f code, which runs on
+// every compute capability 10.x (B200, B300). The e2m1 codes and RCEIL bytes come from the
+// hardware conversions (src/common/math.cuh), NaN made +6 in the kernel.
 #include "kernels/block_scaled_quant.cuh"
 
 namespace fp8quant::sm100 {

@@ -39,6 +39,13 @@ constexpr int kMxThreads = 256;
 // of every expert's slots, one block each).
 constexpr int32_t kPadSlots = 8;
 
+// NVFP4's encode scale of batch or expert e: global_scale[e], e clamped into the scales given
+// (with one for all, e plays no part), so that an index the routing does not vouch for (an
+// m_indices entry that disagrees with it) reads a scale, never memory past the buffer.
+__device__ __forceinline__ float encode_scale(const BlockScaledProblem& p, int64_t e) {
+  return __ldg(p.global_scale + min(max(e, int64_t{0}), int64_t{p.global_scales - 1}));
+}
+
 // One block of kScatter's padding part: the scale bytes of expert e's tile padding rows set to 0
 // in slots [c0, c0 + kPadSlots). Threads walk the rows of one slot at a time.
 template <bool kSwizzled>
@@ -68,8 +75,8 @@ __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const
     const int32_t row = in_range && r < p.m ? __ldg(slot_rows + j) : -1;
     if (row < 0 || row >= dest_total) continue;
     const int32_t db = p.dest_batch > 1 ? row / p.dest_m : 0, dm = row - db * p.dest_m;
-    const int32_t expert = p.row_starts != nullptr ? __ldg(p.row_experts + row) : db;
-    const Fp4Slice out = encode_nvfp4(v, amax, __ldg(p.global_scale + int64_t{expert} * p.global_scale_stride));
+    const int32_t expert = p.global_scales == 1 ? 0 : p.row_starts != nullptr ? __ldg(p.row_experts + row) : db;
+    const Fp4Slice out = encode_nvfp4(v, amax, encode_scale(p, expert));
     if (live) {
       BlockGroup<BlockFormat::kNvfp4> group;
 #pragma unroll
@@ -89,13 +96,8 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
   static_assert(kSource != QuantSource::kScatter || Format::kFp4, "the block-scaled dispatch is NVFP4's");
 
   if constexpr (kSource == QuantSource::kScatter) {
-    if (static_cast<int32_t>(blockIdx.x) >= p.token_blocks) {  // the padding part
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      asm volatile("griddepcontrol.launch_dependents;");
-      const int32_t pad_block = static_cast<int32_t>(blockIdx.x) - p.token_blocks;
-      zero_block_tile_padding<kSwizzled>(p, pad_block / p.pad_chunks, pad_block % p.pad_chunks * kPadSlots);
-      return;
-    }
+    const auto zero = [&](int32_t e, int32_t c0) { zero_block_tile_padding<kSwizzled>(p, e, c0); };
+    if (padding_block<kPadSlots>(p, zero)) return;
   }
 
   // Locate this team's slot
@@ -130,18 +132,7 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
   }
 
   // Load (SiLU-and-mul: gate and up, combined in x's dtype)
-  Slice<T> slice;
-  if (live) {
-    load_slice<T, kAligned>(src, slice);
-    if constexpr (kSource == QuantSource::kSiluMul) {
-      Slice<T> up;
-      load_slice<T, kAligned>(src + p.up_offset, up);
-      silu_mul_slice(slice, up);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
-  }
+  const Slice<T> slice = load_group_slice < T, kAligned, kSource == QuantSource::kSiluMul > (src, p.up_offset, live);
 
   // Scatter: encode for each slot's expert, store at the slot's row
   if constexpr (kSource == QuantSource::kScatter) {
@@ -153,8 +144,7 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
   // expert)
   float global_scale = 0.0f;
   if constexpr (Format::kFp4) {
-    const int64_t which = p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + r) : 0) : b;
-    global_scale = __ldg(p.global_scale + which * p.global_scale_stride);
+    global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + r) : 0) : b);
   }
   const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
 
@@ -169,10 +159,7 @@ template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAli
 fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cudaStream_t stream) {
   constexpr auto kernel = block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource>;
   constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
-  problem.token_blocks = (problem.units + kTeams - 1) / kTeams;
-  problem.pad_chunks = (problem.slots + kPadSlots - 1) / kPadSlots;
-  const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
-  const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
+  const dim3 grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);
   return cuda_error(launch_with_pdl(kernel, grid, dim3(kMxThreads), stream, problem, problem.pdl), "kernel launch");
 }
 

@@ -85,6 +85,25 @@ __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& u
   }
 }
 
+// A team's slice at src, or zeros when it is not `live`; with kSiluMul, silu(gate) * up of it and
+// of the slice up_offset elements on, in x's dtype (the MoE sources).
+template <typename T, bool kAligned, bool kSiluMul>
+__device__ __forceinline__ Slice<T> load_group_slice(const T* src, int64_t up_offset, bool live) {
+  Slice<T> slice;
+  if (live) {
+    load_slice<T, kAligned>(src, slice);
+    if constexpr (kSiluMul) {
+      Slice<T> up;
+      load_slice<T, kAligned>(src + up_offset, up);
+      silu_mul_slice(slice, up);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
+  }
+  return slice;
+}
+
 // A slice quantized: its four words of e4m3 bytes (low element first), the group's scale s
 // and, with UE8M0 scales, s's byte e.
 template <bool kUE8M0>
@@ -170,7 +189,8 @@ __device__ __forceinline__ Fp4Slice encode_nvfp4(const float (&v)[kElemsPerThrea
   Fp4Slice result;
   result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
   const float s = math::e4m3_to_float(result.s);
-  const float factor = s == 0.0f ? 0.0f : fminf(__fdiv_rn(global_scale, s), FLT_MAX);
+  const float ratio = __fdiv_rn(global_scale, s);
+  const float factor = s == 0.0f ? 0.0f : ratio > FLT_MAX ? FLT_MAX : ratio;  // capped; NaN stays NaN
 
   // Quantize
 #pragma unroll

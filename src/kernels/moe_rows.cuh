@@ -69,4 +69,29 @@ __device__ __forceinline__ TilePadding tile_padding(const Problem& p, int32_t e,
   return {b, first, last};
 }
 
+// The padding part of a dispatch launch (kScatter): the blocks past its token part (blockIdx.x >=
+// p.token_blocks), pad_chunks of them per expert, each zeroing one chunk of kChunk scale columns
+// of its expert's tile padding: zero(e, c0) for columns [c0, c0 + kChunk). Returns whether this
+// block is one (it has then done its work); it waits for the previous kernel first.
+template <int32_t kChunk, class Problem, class Zero>
+__device__ __forceinline__ bool padding_block(const Problem& p, Zero&& zero) {
+  if (static_cast<int32_t>(blockIdx.x) < p.token_blocks) return false;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int32_t pad_block = static_cast<int32_t>(blockIdx.x) - p.token_blocks;
+  zero(pad_block / p.pad_chunks, pad_block % p.pad_chunks * kChunk);
+  return true;
+}
+
+// The grid of such a launch (host side): the token part's blocks (problem.units teams,
+// teams_per_block a block) and, with `scatter`, the padding part's pad_chunks blocks per expert
+// (chunks of kChunk of the `columns` scale columns); sets problem.token_blocks and pad_chunks.
+template <int32_t kChunk, class Problem>
+dim3 token_and_padding_grid(Problem& problem, int teams_per_block, int32_t columns, bool scatter) {
+  problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
+  problem.pad_chunks = (columns + kChunk - 1) / kChunk;
+  const int pad_blocks = scatter ? problem.experts * problem.pad_chunks : 0;
+  return dim3(problem.token_blocks + pad_blocks, problem.batch);
+}
+
 }  // namespace fp8quant::kernels

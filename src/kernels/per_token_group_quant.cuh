@@ -144,13 +144,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
 
   if constexpr (kSource == QuantSource::kScatter) {
-    if (static_cast<int32_t>(blockIdx.x) >= p.token_blocks) {  // the padding part
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      asm volatile("griddepcontrol.launch_dependents;");
-      const int32_t pad_block = static_cast<int32_t>(blockIdx.x) - p.token_blocks;
-      zero_tile_padding<kOrder>(p, pad_block / p.pad_chunks, pad_block % p.pad_chunks * kPadColumns);
-      return;
-    }
+    const auto zero = [&](int32_t e, int32_t c0) { zero_tile_padding<kOrder>(p, e, c0); };
+    if (padding_block<kPadColumns>(p, zero)) return;
   }
 
   // Locate this team's group and its addresses, while the block waits. The pin below keeps the
@@ -199,18 +194,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   constexpr int kSlotBatch = 8;
   int32_t slot_rows[kSlotBatch];
   if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
-  Slice<T> slice;
-  if (live) {
-    load_slice<T, kAligned>(src, slice);
-    if constexpr (kSource == QuantSource::kSiluMul) {
-      Slice<T> up;
-      load_slice<T, kAligned>(src + p.up_offset, up);
-      silu_mul_slice(slice, up);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
-  }
+  const Slice<T> slice = load_group_slice < T, kAligned, kSource == QuantSource::kSiluMul > (src, p.up_offset, live);
 
   // Reduce amax, scale, quantize
   const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
@@ -277,11 +261,8 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
       problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
       const int threads = block_threads<Arch, kTeam>(problem);
-      const int teams_per_block = threads / kTeam;
-      problem.token_blocks = (problem.units + teams_per_block - 1) / teams_per_block;
-      problem.pad_chunks = (scale_columns<kOrder>(problem) + kPadColumns - 1) / kPadColumns;
-      const int pad_blocks = kSource == QuantSource::kScatter ? problem.experts * problem.pad_chunks : 0;
-      const dim3 grid(problem.token_blocks + pad_blocks, problem.batch);
+      const dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
+                                                            kSource == QuantSource::kScatter);
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });
   });

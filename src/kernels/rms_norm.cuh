@@ -42,25 +42,50 @@ __device__ __forceinline__ float row_sum_of_squares(float partial, int fold_warp
   return __shfl_sync(kFullMask, total, 0);
 }
 
-// Load this thread's slice of a row (x, after adding the residual, which is stored back) and
-// normalize it: y in x's dtype, zeros where the thread holds no data (`live` false). Every
-// thread of the block calls it, after griddepcontrol.wait.
+// Where this thread's slice lies: row m (blockIdx.x), slice i (threadIdx.x), live when it holds
+// data, and its addresses in x, the residual and the weight.
+template <typename T>
+struct RowSlice {
+  int32_t m;
+  int32_t slice;
+  bool live;
+  int64_t col;
+  const T* x;
+  T* residual;
+  const T* weight;
+};
+
+template <typename T>
+__device__ __forceinline__ RowSlice<T> locate_slice(const NormProblem& p) {
+  RowSlice<T> at;
+  at.m = blockIdx.x;
+  at.slice = threadIdx.x;
+  at.live = at.m < p.m && at.slice < p.slices;
+  at.col = int64_t{at.slice} * kElemsPerThread;
+  at.x = static_cast<const T*>(p.x) + at.m * p.x_row_stride + at.col;
+  at.residual = static_cast<T*>(p.residual) + at.m * p.residual_row_stride + at.col;
+  at.weight = static_cast<const T*>(p.weight) + at.col;
+  return at;
+}
+
+// Load this thread's slice of its row (x, after adding the residual, which is stored back) and
+// normalize it: y in x's dtype, zeros where the thread holds no data. Every thread of the block
+// calls it, after griddepcontrol.wait.
 template <typename T, bool kResidual>
-__device__ __forceinline__ Slice<T> normalize_row(const NormProblem& p, const T* x, T* residual, const T* weight,
-                                                  bool live, float* warp_totals) {
+__device__ __forceinline__ Slice<T> normalize_row(const NormProblem& p, const RowSlice<T>& at, float* warp_totals) {
   // Load; add the residual and store the sum back into it
   Slice<T> h, w;
 #pragma unroll
   for (int i = 0; i < Slice<T>::kWords; ++i) h.w[i] = w.w[i] = 0u;
-  if (live) {
-    load_slice<T, true>(x, h);
-    load_slice<T, true>(weight, w);
+  if (at.live) {
+    load_slice<T, true>(at.x, h);
+    load_slice<T, true>(at.weight, w);
     if constexpr (kResidual) {
       Slice<T> r;
-      load_slice<T, true>(residual, r);
+      load_slice<T, true>(at.residual, r);
 #pragma unroll
       for (int i = 0; i < Slice<T>::kWords; ++i) h.w[i] = math::add2<T>(h.w[i], r.w[i]);
-      store_words(residual, h.w);
+      store_words(at.residual, h.w);
     }
   }
 
@@ -88,19 +113,16 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_kernel(const __grid_
   __shared__ float warp_totals[32];
 
   // Locate this thread's slice and group
-  const int32_t m = blockIdx.x;
-  const int32_t slice = threadIdx.x;
-  const bool live = m < p.m && slice < p.slices;
-  const int64_t col = int64_t{slice} * kElemsPerThread;
-  const T* x = static_cast<const T*>(p.x) + m * p.x_row_stride + col;
-  T* residual = static_cast<T*>(p.residual) + m * p.residual_row_stride + col;
-  const T* weight = static_cast<const T*>(p.weight) + col;
+  const RowSlice<T> at = locate_slice<T>(p);
+  const int32_t m = at.m, slice = at.slice;
+  const bool live = at.live;
+  const int64_t col = at.col;
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  const Slice<T> y = normalize_row<T, kResidual>(p, x, residual, weight, live, warp_totals);
+  const Slice<T> y = normalize_row<T, kResidual>(p, at, warp_totals);
 
   if constexpr (!kQuantize) {
     // Store y
@@ -141,20 +163,15 @@ __global__ void __launch_bounds__(kNormMaxThreads) rms_norm_block_scaled_kernel(
   __shared__ float warp_totals[32];
 
   // Locate this thread's slice and group
-  const int32_t m = blockIdx.x;
-  const int32_t slice = threadIdx.x;
-  const bool live = m < p.m && slice < p.slices;
-  const int32_t c = slice / Format::kTeam;
-  const int64_t col = int64_t{slice} * kElemsPerThread;
-  const T* x = static_cast<const T*>(p.x) + m * p.x_row_stride + col;
-  T* residual = static_cast<T*>(p.residual) + m * p.residual_row_stride + col;
-  const T* weight = static_cast<const T*>(p.weight) + col;
+  const RowSlice<T> at = locate_slice<T>(p);
+  const int32_t m = at.m, slice = at.slice, c = at.slice / Format::kTeam;
+  const bool live = at.live;
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  const Slice<T> y = normalize_row<T, kResidual>(p, x, residual, weight, live, warp_totals);
+  const Slice<T> y = normalize_row<T, kResidual>(p, at, warp_totals);
 
   // Reduce amax, scale byte, quantize
   float global_scale = 0.0f;

@@ -264,7 +264,7 @@ def check_validation(r: Rank) -> None:
          "contiguous"),
         (lambda: ep_combine(y, sent.handle, weights[:, :1]), ValueError, "topk_weights"),
         (lambda: ep_moe_layer(x, ids, weights[:, :1], w13, w2), ValueError, "topk_weights"),
-        (lambda: ep_moe_layer(x, ids, weights, w2, w13), ValueError, "do not fit"),
+        (lambda: ep_moe_layer(x, ids, weights, w2, w13), ValueError, "but x has H"),
         (lambda: ep_moe_layer(x, ids, weights, w13, w2.q), TypeError, "w2"),
         (lambda: ep_moe_layer(x, ids, weights, w13, w2, backend="cutlass"), ValueError, "backend"),
     ]  # fmt: skip

@@ -173,15 +173,19 @@ def check_routing(t: int, k: int, e: int, rows: int, max_m: int, gen) -> bool:
     return all(torch.equal(a, b) for a, b in zip(r[:6], ref[:6]) if a is not None)
 
 
+def silu_rows(shape, gen) -> tuple[torch.Tensor, dict]:
+    """x of the SiLU cases and its MoE rows: m_indices (2-D; padding rows hold NaN) or masked_m."""
+    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
+    if x.dim() == 2:
+        m_indices = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
+        x[m_indices < 0] = float("nan")
+        return x, {"m_indices": m_indices}
+    return x, {"masked_m": torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]}
+
+
 def check_silu(shape, layout: str, gen) -> bool:
     """SiLU-and-mul + quantize, with padding rows (m_indices or masked_m) holding NaN."""
-    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
-    kwargs = {}
-    if x.dim() == 2:
-        kwargs["m_indices"] = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
-        x[kwargs["m_indices"] < 0] = float("nan")
-    else:
-        kwargs["masked_m"] = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]
+    x, kwargs = silu_rows(shape, gen)
     q, s = zeroed(fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs))
     fp8quant.silu_mul_quant(x, scale_layout=layout, **kwargs, out=(q, s))  # rows without tokens stay 0
     rq, rs = fp8quant.reference.silu_mul_quant(x, scale_layout=layout, **kwargs)
@@ -190,15 +194,9 @@ def check_silu(shape, layout: str, gen) -> bool:
 
 def check_block_scaled_silu(shape, layout: str, gen) -> bool:
     """SiLU-and-mul into MXFP8 and NVFP4 (per-expert encode scales), padding rows holding NaN."""
-    x = torch.randn(shape, device="cuda", generator=gen).to(torch.bfloat16)
-    kwargs = {}
-    if x.dim() == 2:
-        kwargs["m_indices"] = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
-        x[kwargs["m_indices"] < 0] = float("nan")
-        g = torch.tensor([30.0, 500.0], device="cuda")
-    else:
-        kwargs["masked_m"] = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]
-        g = torch.rand(shape[0], device="cuda", generator=gen) * 100 + 1
+    x, kwargs = silu_rows(shape, gen)
+    experts = 2 if x.dim() == 2 else shape[0]  # m_indices holds 0 and 1
+    g = torch.rand(experts, device="cuda", generator=gen) * 500 + 1
     ok = True
     for run, ref in (
         (lambda **o: fp8quant.silu_mul_mxfp8(x, scale_layout=layout, **kwargs, **o),
