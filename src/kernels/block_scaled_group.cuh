@@ -55,8 +55,8 @@ __device__ __forceinline__ BlockGroup<kFormat> quantize_block_group(const Slice<
     for (int i = 0; i < Format::kQBytes / 4; ++i) out.q[i] = fp4.q[i];
     out.scale = fp4.s;
   } else {
-    const QuantizedSlice<true> mx = quantize_slice_e8m0 < T, Format::kTeam,
-                               kFormat == BlockFormat::kMxfp8Floor > (slice);
+    constexpr bool kFloor = kFormat == BlockFormat::kMxfp8Floor;
+    const QuantizedSlice<true> mx = quantize_slice_e8m0<T, Format::kTeam, kFloor>(slice);
 #pragma unroll
     for (int i = 0; i < Format::kQBytes / 4; ++i) out.q[i] = mx.q[i];
     out.scale = mx.e;

@@ -62,30 +62,48 @@ __device__ __forceinline__ void zero_block_tile_padding(const BlockScaledProblem
 
 // kScatter's token part (NVFP4): the team's group of token r, reduced once, then encoded with
 // the encode scale of each slot's expert and stored at the slot's row (q where the group is
-// real, the scale byte, 0 in the padding slots, wherever the slot is kept).
+// real, the scale byte, 0 in the padding slots, wherever the slot is kept). The slots go
+// kSlotBatch at a time, their rows (the first batch's: `rows`, loaded with x), experts and
+// encode scales all loaded before their stores.
 template <typename T, bool kSwizzled, bool kAligned>
 __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const Slice<T>& slice, int32_t r, int32_t c,
-                                              bool live, bool in_range, int64_t q_col) {
+                                              bool live, bool in_range, int64_t q_col, int32_t (&rows)[kSlotBatch]) {
   float v[kElemsPerThread];
   bool has_inf;
   const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
-  const int32_t* slot_rows = p.row_map + int64_t{r} * p.slots_per_row;
   const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
-  for (int32_t j = 0; j < p.slots_per_row; ++j) {  // the same count on every lane
-    const int32_t row = in_range && r < p.m ? __ldg(slot_rows + j) : -1;
-    if (row < 0 || row >= dest_total) continue;
-    const int32_t db = p.dest_batch > 1 ? row / p.dest_m : 0, dm = row - db * p.dest_m;
-    const int32_t expert = p.global_scales == 1 ? 0 : p.row_starts != nullptr ? __ldg(p.row_experts + row) : db;
-    const Fp4Slice out = encode_nvfp4(v, amax, encode_scale(p, expert));
-    if (live) {
-      BlockGroup<BlockFormat::kNvfp4> group;
+  for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
+    if (j0 > 0) load_slot_rows<kSlotBatch>(p, r, j0, in_range, rows);
+
+    // The slots' experts and encode scales (a masked row's expert is its batch)
+    float scales[kSlotBatch];
 #pragma unroll
-      for (int i = 0; i < FormatOf<BlockFormat::kNvfp4>::kQBytes / 4; ++i) group.q[i] = out.q[i];
-      uint8_t* q = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + q_col;
-      store_block_q<BlockFormat::kNvfp4, kAligned>(q, group);
+    for (int i = 0; i < kSlotBatch; ++i) {
+      if (rows[i] >= dest_total) rows[i] = -1;  // past the layout: dropped
+      int32_t expert = 0;
+      if (p.global_scales > 1 && rows[i] >= 0) {
+        expert = p.row_starts != nullptr ? __ldg(p.row_experts + rows[i]) : rows[i] / p.dest_m;
+      }
+      scales[i] = encode_scale(p, expert);
     }
-    p.scale[int64_t{db} * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, dm, c)] =
-        live ? static_cast<uint8_t>(out.s) : 0;
+
+    // Encode and store
+#pragma unroll
+    for (int i = 0; i < kSlotBatch; ++i) {
+      const int32_t row = rows[i];
+      if (row < 0) continue;
+      const int32_t db = p.dest_batch > 1 ? row / p.dest_m : 0, dm = row - db * p.dest_m;
+      const Fp4Slice out = encode_nvfp4(v, amax, scales[i]);
+      if (live) {
+        BlockGroup<BlockFormat::kNvfp4> group;
+#pragma unroll
+        for (int w = 0; w < FormatOf<BlockFormat::kNvfp4>::kQBytes / 4; ++w) group.q[w] = out.q[w];
+        uint8_t* q = static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + q_col;
+        store_block_q<BlockFormat::kNvfp4, kAligned>(q, group);
+      }
+      p.scale[int64_t{db} * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, dm, c)] =
+          live ? static_cast<uint8_t>(out.s) : 0;
+    }
   }
 }
 
@@ -131,12 +149,16 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
     }
   }
 
-  // Load (SiLU-and-mul: gate and up, combined in x's dtype)
-  const Slice<T> slice = load_group_slice < T, kAligned, kSource == QuantSource::kSiluMul > (src, p.up_offset, live);
+  // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
+  // first of the token's slot rows (both in flight at once)
+  int32_t slot_rows[kSlotBatch];
+  if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, r, 0, in_tile, slot_rows);
+  constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
 
   // Scatter: encode for each slot's expert, store at the slot's row
   if constexpr (kSource == QuantSource::kScatter) {
-    scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2);
+    scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2, slot_rows);
     return;
   }
 

@@ -69,6 +69,20 @@ __device__ __forceinline__ TilePadding tile_padding(const Problem& p, int32_t e,
   return {b, first, last};
 }
 
+// Slots a dispatch kernel (kScatter) handles at a time: their destination rows are loaded
+// together, before any of their stores.
+constexpr int kSlotBatch = 8;
+
+// Destination rows of token `token`'s slots j0 .. j0 + kBatch - 1 (kScatter), -1 past its slots
+// or when not `live`.
+template <int kBatch, class Problem>
+__device__ __forceinline__ void load_slot_rows(const Problem& p, int32_t token, int32_t j0, bool live,
+                                               int32_t (&rows)[kBatch]) {
+  const int32_t* slot_rows = p.row_map + int64_t{token} * p.slots_per_row;
+#pragma unroll
+  for (int i = 0; i < kBatch; ++i) rows[i] = live && j0 + i < p.slots_per_row ? __ldg(slot_rows + j0 + i) : -1;
+}
+
 // The padding part of a dispatch launch (kScatter): the blocks past its token part (blockIdx.x >=
 // p.token_blocks), pad_chunks of them per expert, each zeroing one chunk of kChunk scale columns
 // of its expert's tile padding: zero(e, c0) for columns [c0, c0 + kChunk). Returns whether this

@@ -94,16 +94,6 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
   }
 }
 
-// Destination rows of token `token`'s slots j0 .. j0 + kBatch - 1 (kScatter), -1 past its slots
-// or when not `live`.
-template <int kBatch>
-__device__ __forceinline__ void load_slot_rows(const QuantProblem& p, int32_t token, int32_t j0, bool live,
-                                               int32_t (&rows)[kBatch]) {
-  const int32_t* slot_rows = p.row_map + int64_t{token} * p.slots_per_row;
-#pragma unroll
-  for (int i = 0; i < kBatch; ++i) rows[i] = live && j0 + i < p.slots_per_row ? __ldg(slot_rows + j0 + i) : -1;
-}
-
 // Scale columns of a row: group columns, or packed words of four.
 template <ScaleOrder kOrder>
 __host__ __device__ __forceinline__ int32_t scale_columns(const QuantProblem& p) {
@@ -191,10 +181,10 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
 
   // Load x's group, and with the scatter source the first of its token's slot rows (both in flight
   // at once)
-  constexpr int kSlotBatch = 8;
   int32_t slot_rows[kSlotBatch];
   if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
-  const Slice<T> slice = load_group_slice < T, kAligned, kSource == QuantSource::kSiluMul > (src, p.up_offset, live);
+  constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
 
   // Reduce amax, scale, quantize
   const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
