@@ -30,8 +30,10 @@ LAYOUTS = ("swizzled", "row")
 def make_input(shape, dtype, gen) -> torch.Tensor:
     """Gaussian rows whose groups span many magnitudes (so scale bytes vary)."""
     x = torch.randn(shape, device="cuda", generator=gen)
-    spread = torch.exp2(torch.randint(-12, 12, (*shape[:-1], shape[-1] // 16, 1), device="cuda", generator=gen).float())
-    return (x * spread.repeat_interleave(16, -1).view(shape)).to(dtype)
+    spread = torch.exp2(
+        torch.randint(-12, 12, (*shape[:-1], -(-shape[-1] // 16), 1), device="cuda", generator=gen).float()
+    )
+    return (x * spread.repeat_interleave(16, -1).flatten(-2)[..., : shape[-1]]).to(dtype)
 
 
 def row_mask(buffers, q_rows: torch.Tensor, scale_rows: torch.Tensor, layout: str):

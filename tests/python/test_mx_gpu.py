@@ -31,8 +31,10 @@ def make_input(shape, dtype, seed: int) -> torch.Tensor:
     """Gaussian rows whose groups span many magnitudes (so scale bytes vary), a few specials."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(shape, device="cuda", generator=gen)
-    x = x * torch.exp2(torch.randint(-20, 20, (*shape[:-1], shape[-1] // 16, 1), device="cuda", generator=gen)
-                       .float()).repeat_interleave(16, -1).view(shape)  # fmt: skip
+    spread = torch.exp2(
+        torch.randint(-20, 20, (*shape[:-1], -(-shape[-1] // 16), 1), device="cuda", generator=gen).float()
+    )
+    x = x * spread.repeat_interleave(16, -1).flatten(-2)[..., : shape[-1]]  # a magnitude per 16 elements
     return x.to(dtype)
 
 
