@@ -22,7 +22,9 @@ import torch
 
 from .. import __version__, _ext
 from ..layouts import empty_scale
-from ..norm import rms_norm_quant
+from ..moe import silu_mul_mxfp8
+from ..mx import mxfp8_quant, nvfp4_quant
+from ..norm import rms_norm_nvfp4, rms_norm_quant
 from ..quant import per_token_group_quant
 from . import timing
 
@@ -89,6 +91,13 @@ def entries(m: int, k: int, layout: str, dtype: torch.dtype) -> dict[str, Callab
         calls["F.rms_norm(x)"] = lambda: torch.nn.functional.rms_norm(x, (k,), weight, 1e-6)
         calls["rms_norm_quant(residual=)"] = lambda: rms_norm_quant(x, weight, 1e-6, residual=residual,
                                                                     scale_layout=layout)  # fmt: skip
+    if k % 64 == 0:  # Blackwell's block-scaled formats (MXFP8 groups of 32; SiLU halves the row)
+        encode = torch.tensor(100.0, device=device)
+        calls["mxfp8_quant"] = lambda: mxfp8_quant(x)
+        calls["nvfp4_quant(global_scale)"] = lambda: nvfp4_quant(x, encode)
+        calls["silu_mul_mxfp8"] = lambda: silu_mul_mxfp8(x)
+        if dtype != torch.float32 and k <= 16384:
+            calls["rms_norm_nvfp4"] = lambda: rms_norm_nvfp4(x, weight, encode)
     return calls
 
 
