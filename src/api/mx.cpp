@@ -133,7 +133,8 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   problem.format = out.format;
   problem.global_scale = out.global_scale;
   problem.global_scales = static_cast<int32_t>(global_scales);
-  problem.global_scale_by_row_expert = global_scales > 1 && source.row_map != nullptr;
+  problem.global_scale_by_row_expert =  // the SiLU source's m_indices; the scatter picks per slot
+      global_scales > 1 && source.kind == fp8quant::QuantSource::kSiluMul && source.row_map != nullptr;
   problem.aligned = aligned16(x) && reinterpret_cast<uintptr_t>(q) % q_vec == 0 && xs.row_stride % x_vec == 0 &&
                     xs.batch_stride % x_vec == 0 && source.up_offset % x_vec == 0 && qs.row_stride % q_vec == 0 &&
                     qs.batch_stride % q_vec == 0;
@@ -143,7 +144,6 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
     // Teams walk the tokens; q and the scales keep the destination's geometry
     FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, rows, source.in_rows * slots, kMaxUnits));
     problem.row_experts = out.row_experts;
-    problem.global_scale_by_row_expert = false;  // the kernel picks each slot's expert itself
   }
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,
                                    fp8quant::sm100::block_scaled_quant);

@@ -189,8 +189,11 @@ __device__ __forceinline__ Fp4Slice encode_nvfp4(const float (&v)[kElemsPerThrea
   Fp4Slice result;
   result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
   const float s = math::e4m3_to_float(result.s);
-  const float ratio = __fdiv_rn(global_scale, s);
-  const float factor = s == 0.0f ? 0.0f : ratio > FLT_MAX ? FLT_MAX : ratio;  // capped; NaN stays NaN
+  float factor = 0.0f;  // an all-zero (or underflowed) group: every element 0
+  if (s != 0.0f) {
+    const float ratio = __fdiv_rn(global_scale, s);
+    factor = ratio > FLT_MAX ? FLT_MAX : ratio;  // capped; NaN stays NaN
+  }
 
   // Quantize
 #pragma unroll
