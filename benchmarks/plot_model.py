@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import matplotlib
 
@@ -17,10 +18,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-def series(results: list[dict], kind: str) -> tuple[list[int], list[float], list[float]]:
-    """(T, bf16 ms, fp8quant ms) of the rows whose measurement starts with ``kind``."""
-    rows = [(int(r["measurement"].rsplit(maxsplit=1)[-1].split("=")[-1]), r["bf16_ms"], r["fp8quant_ms"])
-            for r in results if r["measurement"].startswith(kind)]  # fmt: skip
+def series(results: list[dict], kind: str, timed: str | None) -> tuple[list[int], list[float], list[float]]:
+    """(T, bf16 ms, fp8quant ms) of the rows whose measurement starts with ``kind`` (and, with
+    ``timed``, that were timed so: "eager" or "CUDA graph"); T is the measurement's last number."""
+    rows = [(int(re.findall(r"\d+", r["measurement"])[-1]), r["bf16_ms"], r["fp8quant_ms"]) for r in results
+            if r["measurement"].startswith(kind) and timed in (None, r.get("timed", "eager"))]  # fmt: skip
     rows.sort()
     return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
@@ -33,8 +35,12 @@ def main() -> None:
     runs = [json.load(open(path)) for path in args.json]
     fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 4.2), squeeze=False)
     for ax, run in zip(axes[0], runs):
-        for kind, label, marker in (("prefill", "prefill, T tokens", "o"), ("decode", "decode step, batch T", "s")):
-            t, bf16, fp8 = series(run["results"], kind)
+        for kind, timed, label, marker in (("prefill", "eager", "prefill, T tokens", "o"),
+                                           ("prefill", "CUDA graph", "prefill graph, T tokens", "^"),
+                                           ("decode", None, "decode step, batch T", "s")):  # fmt: skip
+            t, bf16, fp8 = series(run["results"], kind, timed)
+            if not t:
+                continue
             ax.plot(t, bf16, marker=marker, linestyle="--", color="tab:gray", label=f"bf16 {label}")
             ax.plot(t, fp8, marker=marker, color="tab:blue", label=f"fp8quant {label}")
             for x, a, b in zip(t, bf16, fp8):

@@ -3,7 +3,9 @@ per-layer dims with random weights, built offline, run in FP8 on fp8quant
 (:mod:`fp8quant.integrations.transformers`: ``quantize`` then ``enable``) against the same weights
 in bf16:
 
-- prefill: one sequence of T tokens (``--m``, default 512, 2048 and 8192), eager;
+- prefill: one sequence of T tokens (``--m``, default 512, 2048 and 8192), eager (host work
+  included: every op launched from Python) and replayed as a CUDA graph (what an engine that
+  captures prefill graphs runs; the row is left out where capture fails);
 - decode: one step at batch 1, 8 and 64 with a static KV cache holding PROMPT tokens, replayed as
   a CUDA graph (eager where capture fails, and marked so);
 - accuracy: the logits' calc_diff against bf16 on ACCURACY_T tokens, beside the format's own
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import time
@@ -34,6 +37,7 @@ ACCURACY_T = 512
 VOCAB = 32000
 LAYERS = 4
 WARMUP, RUNS = 2, 5
+WARMUP_S = 0.5  # and at least this long: lazy module loads, caches and GPU clocks settle first
 
 # Tiny dims for the CPU run: experts of 256 x 256 (the reference's GEMMs take 128-wide blocks)
 CPU_PREFILL_T, CPU_DECODE_BATCH, CPU_PROMPT, CPU_VOCAB, CPU_LAYERS = (32, 64), (1, 2), 16, 64, 2
@@ -91,9 +95,17 @@ class Timer:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
 
-    def ms(self, call) -> float:
-        for _ in range(WARMUP):
+    def ms(self, call, *, settle: bool = True) -> float:
+        """Median of RUNS calls after WARMUP calls, and with ``settle`` after WARMUP_S seconds of
+        them (not for calls that must run a fixed number of times, like eager decode steps
+        filling a cache)."""
+        start = time.perf_counter()
+        for i in itertools.count(1):
             call()
+            if self.cuda:
+                torch.cuda.synchronize()
+            if i >= WARMUP and (not settle or time.perf_counter() - start >= WARMUP_S):
+                break
         times = []
         for _ in range(RUNS):
             if self.cuda:
@@ -111,9 +123,35 @@ class Timer:
 
 
 @torch.no_grad()
-def prefill_ms(model, t: int, vocab: int, timer: Timer, device: torch.device) -> float:
+def prefill_ms(model, t: int, vocab: int, timer: Timer, device: torch.device) -> tuple[float, float | None]:
+    """One forward over a sequence of ``t`` tokens: (eager ms, ms as a replayed CUDA graph or
+    None where it is not captured: on the CPU, or where capture fails)."""
     ids = torch.randint(0, vocab, (1, t), device=device)
-    return timer.ms(lambda: model(input_ids=ids, use_cache=False))
+
+    def forward():
+        return model(input_ids=ids, use_cache=False).logits
+
+    eager = timer.ms(forward)
+    return eager, replayed_ms(forward, timer, device, f"prefill at T={t}")
+
+
+def replayed_ms(call, timer: Timer, device: torch.device, what: str) -> float | None:
+    """``call`` (already run eagerly: JIT compilation and allocations done) captured in a CUDA
+    graph and timed as replays; None on the CPU or when capture fails (said so)."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        ms = timer.ms(graph.replay)
+    except RuntimeError as e:
+        print(f"  {what} did not capture in a CUDA graph ({str(e).splitlines()[0]})", flush=True)
+        torch.cuda.synchronize()
+        return None
+    del graph  # its memory pool goes back before the next shape
+    return ms
 
 
 @torch.no_grad()
@@ -132,19 +170,13 @@ def decode_ms(model, batch: int, prompt: int, vocab: int, timer: Timer, device: 
         return model(input_ids=token, past_key_values=cache, cache_position=position, use_cache=True).logits
 
     if device.type == "cuda":
-        try:
-            for _ in range(WARMUP):  # JIT compilation and allocations before the capture
-                step()
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            return timer.ms(graph.replay), True
-        except RuntimeError as e:
-            print(f"  decode at batch {batch} did not capture in a CUDA graph ({str(e).splitlines()[0]}): eager",
-                  flush=True)  # fmt: skip
-            torch.cuda.synchronize()
-    return timer.ms(step), False
+        for _ in range(WARMUP):  # JIT compilation and allocations before the capture
+            step()
+        ms = replayed_ms(step, timer, device, f"decode at batch {batch}")
+        if ms is not None:
+            return ms, True
+        print("  timed eagerly instead", flush=True)
+    return timer.ms(step, settle=False), False
 
 
 @torch.no_grad()
@@ -172,11 +204,14 @@ def run_model(args: argparse.Namespace) -> int:
     timer = Timer(device)
     rows = []
     steps = len(prefill) + len(batches) + 1
+    graphed = []
     for i, t in enumerate(prefill, 1):
         print(f"[{i}/{steps}] prefill T={t}", flush=True)
-        rows.append(
-            (f"prefill T={t}", prefill_ms(bf16, t, vocab, timer, device), prefill_ms(fp8, t, vocab, timer, device), "")
-        )
+        (eager_bf16, graph_bf16), (eager_fp8, graph_fp8) = (prefill_ms(m, t, vocab, timer, device) for m in (bf16, fp8))
+        rows.append((f"prefill T={t}", eager_bf16, eager_fp8, "eager"))
+        if graph_bf16 is not None and graph_fp8 is not None:
+            graphed.append((f"prefill T={t}", graph_bf16, graph_fp8, "CUDA graph"))
+    rows += graphed
     for i, b in enumerate(batches, len(prefill) + 1):
         print(f"[{i}/{steps}] decode batch {b}", flush=True)
         ms_bf16, graphed_bf16 = decode_ms(bf16, b, prompt, vocab, timer, device)
