@@ -5,6 +5,13 @@
  * Every fp8quant function returns an ::fp8quant_status_t. On failure,
  * fp8quant_last_error() returns a message that names the offending argument; it is kept per
  * thread until the next failing call on that thread.
+ *
+ * Validation follows one rule in every function. Every value (dtypes, layouts and the other
+ * enums, sizes, eps, strides) is checked on every call, an empty one included. A pointer is
+ * checked (non-null, aligned, apart from the others) only where the call reads or writes through
+ * it: a call with nothing to do (no rows, batches or tokens: nothing is launched) examines none,
+ * so any of them may be null, and so may a buffer of zero bytes. The stride of a dimension of
+ * size 0 or 1 is never used and may hold any value.
  */
 #ifndef FP8QUANT_COMMON_H_
 #define FP8QUANT_COMMON_H_
@@ -22,12 +29,23 @@
 #define FP8QUANT_VERSION_MINOR 1
 #define FP8QUANT_VERSION_PATCH 0
 
+/**
+ * The underlying type of every public enum in C++: `int`, fixed, so that any int (an unknown
+ * value, which the functions refuse, included) is a value of the enum type. C keeps its own enum
+ * types, of the same size.
+ */
+#ifdef __cplusplus
+#define FP8QUANT_ENUM_BASE : int
+#else
+#define FP8QUANT_ENUM_BASE
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** @brief Result of every fp8quant call. */
-typedef enum fp8quant_status {
+typedef enum fp8quant_status FP8QUANT_ENUM_BASE {
   FP8QUANT_SUCCESS = 0,                  /**< The work was enqueued on the stream. */
   FP8QUANT_ERROR_INVALID_ARGUMENT = 1,   /**< An argument is wrong; nothing was launched. */
   FP8QUANT_ERROR_NO_DEVICE = 2,          /**< No CUDA device (or no driver) is available. */
@@ -36,7 +54,7 @@ typedef enum fp8quant_status {
 } fp8quant_status_t;
 
 /** @brief Element type of an input tensor. */
-typedef enum fp8quant_dtype {
+typedef enum fp8quant_dtype FP8QUANT_ENUM_BASE {
   FP8QUANT_DTYPE_FLOAT32 = 0,
   FP8QUANT_DTYPE_FLOAT16 = 1,
   FP8QUANT_DTYPE_BFLOAT16 = 2,

@@ -31,10 +31,12 @@ extern "C" {
  *
  * @param y               Expert outputs `[y_rows, h]`, last dimension contiguous: the contiguous
  *                        layout's `[M_sum, h]`, or the masked layout's `[E, max_m, h]` seen as
- *                        `E * max_m` rows.
+ *                        `E * max_m` rows. May be null when `y_rows == 0`.
  * @param y_dtype         Element type of `y` and `out`.
  * @param y_rows          Rows of `y`, >= 0.
- * @param h               Elements per row, > 0.
+ * @param h               Elements per row, > 0 and at most `65535 * 128 * (16 / element size)`
+ *                        (blocks of 128 16-byte vectors go on grid.y): 33553920 for float32,
+ *                        67107840 for float16 and bfloat16.
  * @param y_row_stride    Elements between rows of `y`, >= 0.
  * @param rows            int32 `[t, k]`, contiguous: the row of `y` each slot reads
  *                        (`inv_perm`, or `masked_row` for the masked layout). A row outside
@@ -52,7 +54,7 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtyp
                                                     cudaStream_t stream);
 
 /** @brief Bits of the routing status word. */
-typedef enum fp8quant_routing_status {
+typedef enum fp8quant_routing_status FP8QUANT_ENUM_BASE {
   FP8QUANT_ROUTING_OK = 0,
   FP8QUANT_ROUTING_ROWS_OVERFLOW = 1,  /**< M_sum exceeded `rows`: slots past it got row -1. */
   FP8QUANT_ROUTING_MAX_M_OVERFLOW = 2, /**< An expert got more than `max_m` slots: those got -1. */
@@ -77,7 +79,8 @@ typedef enum fp8quant_routing_status {
  * @param expert_offset  Global id of local expert 0, >= 0.
  * @param align          Row alignment of each expert, in [1, 2^20].
  * @param rows           Rows of `m_indices` and `row_token`, in [0, 2^31 - 1].
- * @param max_m          Rows per expert of the masked layout; 0: no masked layout.
+ * @param max_m          Rows per expert of the masked layout, in [0, (2^31 - 1) / num_experts]
+ *                       (`num_experts * max_m` rows fit in int32); 0: no masked layout.
  * @param counts         Output int32 `[E]`: slots per local expert.
  * @param row_offsets    Output int32 `[E + 1]`: first row of each expert; the last is M_sum.
  * @param m_indices      Output int32 `[rows]`: local expert of each row, -1 on padding rows.
@@ -108,8 +111,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int in
  * `used_rows` only the rows `r < *used_rows` (M_sum: `row_offsets + experts` of
  * fp8quant_moe_routing()). Masked layout: rows `r >= masked_m[b]` are padding, and rows below
  * `align_up(masked_m[b], align)` are in a tile. Arguments and rules are those of
- * fp8quant_per_token_group_quant() (k is n; x's rows hold 2n elements, and x's strides must also
- * put the up half 16 bytes apart for the vectorized path), plus:
+ * fp8quant_per_token_group_quant() (k is n, in [1, 2^30 - 1]; x's rows hold 2n elements, and x's
+ * strides must also put the up half 16 bytes apart for the vectorized path), plus:
  *
  * @param m_indices   int32 `[m]`, or null: the contiguous layout's expert of each row (-1:
  *                    padding). Only with `batch == 1`.
@@ -137,7 +140,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_d
  * fp8quant_silu_mul_quant(): padding rows are not read, their q bytes are not written, and their
  * scale bytes are 0 inside a tile and untouched past the tiles (with `m_indices` and
  * `used_rows`, or `masked_m`); the swizzled layout's padding bytes of the rows in a tile are 0.
- * The other arguments are fp8quant_mxfp8_quant()'s, with k = n (x's rows hold 2n elements).
+ * The other arguments are fp8quant_mxfp8_quant()'s, with k = n (in [1, 2^30 - 1]; x's rows hold
+ * 2n elements).
  */
 FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_mxfp8(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
                                                        int64_t m, int64_t n, int64_t x_batch_stride,
@@ -189,11 +193,14 @@ FP8QUANT_API fp8quant_status_t fp8quant_silu_mul_nvfp4(
  * @param counts        int32 `[experts]`: tokens per expert.
  * @param row_offsets   int32 `[experts + 1]`: first row of each expert (contiguous layout), or
  *                      null for the masked layout.
- * @param experts       Experts, in [1, 65535].
+ * @param experts       Experts, in [1, 65535], with `experts * ceil(h / 1024)` at most 2^30 (the
+ *                      blocks that zero the tiles' padding scales go on grid.x).
  * @param align         Rows per tile of the masked layout, in [1, 2^20]; the contiguous layout's
  *                      tiles come from `row_offsets`.
- * @param rows          Rows of the contiguous layout (its bound); ignored when masked.
- * @param max_m         Rows per expert of the masked layout, >= 1; 0 for the contiguous layout.
+ * @param rows          Rows of the contiguous layout (its bound), in [0, 2^31 - 1]; ignored when
+ *                      masked.
+ * @param max_m         Rows per expert of the masked layout, >= 1 with `experts * max_m` in int32;
+ *                      0 for the contiguous layout.
  * @param group_size    128.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t tokens,
@@ -214,12 +221,14 @@ FP8QUANT_API fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8qua
  * Layouts, rows, padding and the routing arguments as fp8quant_moe_dispatch_quant(), with `q`
  * `[rows, h / 2]` or `[experts, max_m, h / 2]` (two e2m1 codes a byte), `scale` the whole MX
  * scale buffer of its destination geometry (fp8quant_mx_scale_bytes(scale_layout, batch, m,
- * h / 16), batch and m those of the layout) and `h` a positive multiple of 16; the swizzled
- * layout's padding bytes of every row written are 0. And:
+ * h / 16), batch and m those of the layout), `h` a positive multiple of 16 and
+ * `experts * ceil(h / 128)` at most 2^30; the swizzled layout's padding bytes of every row
+ * written are 0. And:
  *
  * @param m_indices      int32 `[rows]`: the expert of each contiguous row (fp8quant_moe_routing()'s
- *                       `m_indices`); needed with one encode scale per expert in the contiguous
- *                       layout, ignored when masked (a row's expert is its batch).
+ *                       `m_indices`); needed (and read) only with one encode scale per expert in
+ *                       the contiguous layout, ignored otherwise (masked: a row's expert is its
+ *                       batch).
  * @param global_scale   Device float32 encode scales, 4-byte aligned, apart from the outputs.
  * @param global_scales  1 (one for every expert) or `experts` (one each).
  */

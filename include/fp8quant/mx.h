@@ -24,7 +24,7 @@ extern "C" {
 
 /** Where the scale bytes of a `[batch, m, k]` input go (`G` groups per row: `k / 32` for MXFP8,
  *  `k / 16` for NVFP4). */
-typedef enum {
+typedef enum fp8quant_mx_scale_layout FP8QUANT_ENUM_BASE {
   /** Row-major `[batch, m, G]`, `m * G` bytes per batch. */
   FP8QUANT_MX_SCALE_ROW = 0,
   /** Swizzled, per batch a buffer of `round_up(m, 128) * round_up(G, 4)` bytes: scale `(r, c)`
@@ -34,7 +34,7 @@ typedef enum {
 } fp8quant_mx_scale_layout_t;
 
 /** How a group's E8M0 scale byte follows from its amax. */
-typedef enum {
+typedef enum fp8quant_mx_recipe FP8QUANT_ENUM_BASE {
   /** NVIDIA's: the smallest power of two at or above `RN(amax / 448)` (`cvt.rp.satfinite.ue8m0x2`). */
   FP8QUANT_MX_RCEIL = 0,
   /** The OCP MX specification's: `exponent(amax) - exponent(448)`. */
@@ -45,10 +45,13 @@ typedef enum {
  * @brief Bytes of the scale buffer of `batch` matrices of `m` rows of `num_groups` groups in
  *        `scale_layout`.
  *
+ * A size query: no launch limit applies (a buffer for fp8quant_rms_norm_mxfp8() may exceed the
+ * quantizer's), only sizes past 64 bits are refused.
+ *
  * @param scale_layout  The layout.
  * @param batch         Batches, >= 0.
  * @param m             Rows per batch, >= 0.
- * @param num_groups    Groups per row (`k / 32` for MXFP8, `k / 16` for NVFP4), >= 1.
+ * @param num_groups    Groups per row (`k / 32` for MXFP8, `k / 16` for NVFP4), in [1, 2^62).
  * @param bytes         Output: the buffer's size in bytes.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch,
@@ -66,7 +69,7 @@ FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_
  * @param x               Input, last dimension contiguous.
  * @param x_dtype         Element type of `x`: bfloat16, float16 or float32.
  * @param batch           Batches (experts; 1 for 2-D input), in [0, 65535].
- * @param m               Rows per batch, >= 0.
+ * @param m               Rows per batch, in [0, 2^31 - 4097].
  * @param k               Elements per row, a positive multiple of 32.
  * @param x_batch_stride  Elements between batches of `x`, >= 0.
  * @param x_row_stride    Elements between rows of `x`, >= 0.
@@ -78,6 +81,9 @@ FP8QUANT_API fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_
  * @param scale_layout    Layout of `scale`.
  * @param recipe          Scale recipe.
  * @param stream          CUDA stream to enqueue on.
+ *
+ * One team per scale slot: at most `2^31 - 4097` slots per batch are launched, padding included
+ * (`m * G` row-major, `round_up(m, 128) * round_up(G, 4)` swizzled).
  */
 FP8QUANT_API fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,
                                                     int64_t k, int64_t x_batch_stride, int64_t x_row_stride, void* q,
@@ -90,8 +96,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtyp
  *        (element 2i in the low nibble of byte i), and one e4m3 scale byte per group of 16 in
  *        `scale`, with the float32 encode scale `S` read from `global_scale` on the device.
  *
- * Arguments, rules and launch as for fp8quant_mxfp8_quant(), with `k` a positive multiple of 16,
- * `q_row_stride >= k / 2`, and:
+ * Arguments, rules, limits and launch as for fp8quant_mxfp8_quant(), with `k` a positive multiple
+ * of 16, `q_row_stride >= k / 2`, and:
  *
  * @param global_scale            Device float32: `S` of the whole input, or of each batch when
  *                                `global_scale_per_batch` is nonzero (`batch` of them; one per

@@ -85,6 +85,8 @@ FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_quant(const void* x, void* resi
  *
  * Requirements as fp8quant_rms_norm_quant(), with `h` a multiple of 32 and `scale` the whole
  * buffer of fp8quant_mx_scale_bytes(scale_layout, 1, m, h / 32) bytes (padding written as 0).
+ * The block per row has no limit on scale slots (fp8quant_mxfp8_quant()'s does not apply); with
+ * the swizzled layout, whose rows (padded to 128) go on grid.x, `m` is at most 2^31 - 128.
  *
  * @param scale_layout  Layout of `scale`.
  * @param recipe        Scale recipe.
@@ -102,8 +104,12 @@ FP8QUANT_API fp8quant_status_t fp8quant_rms_norm_mxfp8(const void* x, void* resi
  *        `q [m, h / 2]` (two e2m1 codes a byte) and one e4m3 byte per group of 16 in `scale`,
  *        with the encode scale read from `global_scale` (docs/contract.md, "NVFP4").
  *
- * Requirements as fp8quant_rms_norm_mxfp8(), with `h` a multiple of 16 (k = h / 16 groups) and:
+ * Requirements as fp8quant_rms_norm_mxfp8(), with `h` a multiple of 16 (`h / 16` groups, `scale`
+ * of fp8quant_mx_scale_bytes(scale_layout, 1, m, h / 16) bytes) and:
  *
+ * @param q             Output `[m, h / 2]` bytes, 8-byte aligned (a thread's 16 elements are 8
+ *                      bytes), last dimension contiguous.
+ * @param q_row_stride  Bytes between rows of `q`: a multiple of 8, >= h / 2.
  * @param global_scale  Device float32 encode scale `S` of y (a calibrated value: the op does not
  *                      see y's amax before it quantizes), 4-byte aligned, apart from the outputs.
  */

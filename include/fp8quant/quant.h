@@ -30,7 +30,7 @@ extern "C" {
  * Padding rows `M .. Ma-1` and the bytes of packed groups `G .. 4P-1` are written as 0.
  * Batch `b` of a batched input owns the `b`-th block of "elements per batch" scales.
  */
-typedef enum fp8quant_scale_layout {
+typedef enum fp8quant_scale_layout FP8QUANT_ENUM_BASE {
   FP8QUANT_SCALE_ROW = 0,          /**< fp32, K-major. */
   FP8QUANT_SCALE_MN = 1,           /**< fp32, column-major (MN-major). */
   FP8QUANT_SCALE_MN_TMA = 2,       /**< fp32, column-major with rows padded to 4 (DeepGEMM SM90). */
@@ -51,6 +51,8 @@ typedef struct fp8quant_scale_shape {
  * @brief Compute the scale geometry of a layout.
  *
  * @param scale_layout Scale layout.
+ * A size query: no launch limit applies, only sizes past 64 bits are refused.
+ *
  * @param batch       Number of batches (1 for 2-D input), >= 0.
  * @param m           Rows per batch, >= 0.
  * @param num_groups  Groups per row (`K / group_size`), >= 0.
@@ -64,12 +66,12 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scal
  *
  * Work is enqueued on `stream` of the current device; pointers must be device memory of that
  * device. `q` and `scale` must not overlap each other or `x`: the byte ranges from each one's
- * first to past its last element are compared. Arguments are validated first; then, with
- * `batch == 0` or `m == 0`, nothing is launched and no device is needed. A 16-byte-aligned `x`
+ * first to past its last element are compared. Arguments are validated first (common.h); then,
+ * with `batch == 0` or `m == 0`, nothing is launched and no device is needed. A 16-byte-aligned `x`
  * and `q` (pointers and strides) take the vectorized path; other alignments take a slower
- * element-wise path with the same results. Strides of a size-1 dimension (`x_row_stride` and
- * `q_row_stride` when `m == 1`, the batch strides when `batch == 1`) are never used and may hold
- * any value.
+ * element-wise path with the same results. Strides of a dimension of size 0 or 1 (`x_row_stride`
+ * and `q_row_stride` when `m <= 1`, the batch strides when `batch <= 1`) are never used and may
+ * hold any value.
  *
  * The kernel waits for the previous kernel in the stream before it reads or writes global memory
  * (programmatic dependent launch, see fp8quant_set_pdl()).
@@ -95,9 +97,10 @@ FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scal
  *                        to 0 and an all-zero group would quantize to NaN.
  * @param stream          CUDA stream to enqueue on.
  *
- * At most `2^31 - 4097` groups per batch are launched, counting the padding rows of the
- * TMA-aligned layouts and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`; `x`,
- * `q` and each span at most `2^63 - 1` bytes.
+ * At most `2^31 - 4097` groups per batch are launched, counting rows rounded up to 4 for the
+ * MN-major layouts (mn, mn_tma, packed_ue8m0: `align(m, 4) * G`, though mn stores only `m` rows)
+ * and, for packed_ue8m0, the padding groups up to `4 * ceil(G / 4)`; `x`, `q` and each span at
+ * most `2^63 - 1` bytes.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch,
                                                               int64_t m, int64_t k, int64_t x_batch_stride,

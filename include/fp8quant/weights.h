@@ -22,9 +22,9 @@ extern "C" {
  * @brief Quantize `w [batch, n, k]` to float8_e4m3fn in blocks of `block_n x block_k`.
  *
  * Work is enqueued on `stream` of the current device; pointers must be device memory of that
- * device, and `q` and `scale` must not overlap each other or `w`. Arguments are validated first;
- * then, with `batch == 0` or `n == 0`, nothing is launched and no device is needed.
- * Strides of size-1 dimensions are never used and may hold any value. The kernel waits for the
+ * device, and `q` and `scale` must not overlap each other or `w`. Arguments are validated first
+ * (common.h); then, with `batch == 0` or `n == 0`, nothing is launched and no device is needed.
+ * Strides of dimensions of size 0 or 1 are never used and may hold any value. The kernel waits for the
  * previous kernel in the stream before it touches global memory (programmatic dependent launch,
  * see fp8quant_set_pdl()).
  *
@@ -32,7 +32,7 @@ extern "C" {
  * @param w_dtype         Element type of `w`.
  * @param batch           Number of weights (experts; 1 for 2-D input), in [0, 65535].
  * @param n               Rows per weight, at most `65535 * block_n`.
- * @param k               Elements per row, > 0.
+ * @param k               Elements per row, in [1, 2^31 - 129].
  * @param w_batch_stride  Elements between batches of `w`, >= 0.
  * @param w_row_stride    Elements between rows of `w`, >= 0.
  * @param q               Output float8_e4m3fn values, last dimension contiguous.

@@ -26,11 +26,14 @@ struct BlockScaledOutput {
   const int32_t* row_experts = nullptr;
 };
 
-// The checks of an MX scale layout for batch x m rows of num_groups groups; on success *rows and
-// *slots are one batch's scale rows and columns, padding included (the swizzled layout pads
-// rows to 128 and groups to 4).
-fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
-                                 int64_t* rows, int64_t* slots);
+// The MX scale buffer of `batch` matrices of `m` rows of `num_groups` (>= 1) groups: a known
+// `scale_layout`, batch and m >= 0 and no size past 64 bits (refusals naming `batch_name` and
+// `m_name`), and no launch limit. On success *rows and *slots are one matrix's scale rows and
+// columns, padding included (the swizzled layout pads rows to 128 and groups to 4), and *bytes
+// the whole buffer's size.
+fp8quant_status_t mx_scale_geometry(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
+                                    int64_t num_groups, const char* batch_name, const char* m_name, int64_t* rows,
+                                    int64_t* slots, int64_t* bytes);
 
 // Validate and launch. `source` is x's own rows (the default), kSiluMul (silu_source) or, for
 // NVFP4, kScatter (scatter_source): then batch and m are the destination's and x holds

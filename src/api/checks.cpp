@@ -22,17 +22,23 @@ struct Span {
   bool times(int64_t s) { return !__builtin_mul_overflow(size, s, &size); }
 };
 
-// One batch's rows of `t`, in elements, into `span`: refused when they span more than 2^63 bytes.
+// One batch's rows of `t`, in elements, into `span` (0 without rows): refused when they span
+// more than 2^63 bytes.
 fp8quant_status_t span_rows(const Operand& t, int64_t rows, int64_t cols, Span* span) {
+  if (rows == 0) return FP8QUANT_SUCCESS;
   FP8QUANT_CHECK_ARG(span->add(rows - 1, t.row_stride) && span->add(1, cols) && Span(*span).times(t.elem),
                      t.row_stride_name,
                      std::string("is too large: the rows of ") + t.name + " span more than 2^63 bytes");
   return FP8QUANT_SUCCESS;
 }
 
-// All batches of `t` from one batch's `span` (elements): its size in bytes into t.bytes, refused
-// past 2^63 bytes.
+// All batches of `t` from one batch's `span` (elements): its size in bytes into t.bytes (0 for
+// no element), refused past 2^63 bytes.
 fp8quant_status_t span_batches(Operand& t, int64_t batch, Span* span) {
+  if (batch == 0 || span->size == 0) {
+    t.bytes = 0;
+    return FP8QUANT_SUCCESS;
+  }
   FP8QUANT_CHECK_ARG(span->add(batch - 1, t.batch_stride) && span->times(t.elem), t.batch_stride_name,
                      std::string("is too large: the batches of ") + t.name + " span more than 2^63 bytes");
   t.bytes = span->size;
@@ -43,17 +49,6 @@ fp8quant_status_t span_batches(Operand& t, int64_t batch, Span* span) {
 void normalize(Operand& t, int64_t batch, int64_t rows) {
   if (rows <= 1) t.row_stride = 0;
   if (batch <= 1) t.batch_stride = 0;
-}
-
-// Non-null pointers; the input aligned to its element size and the scales to 4 bytes.
-fp8quant_status_t check_buffers(const Operand& in, const void* q, const void* scale) {
-  FP8QUANT_CHECK_ARG(in.ptr != nullptr, in.name, "must not be null");
-  FP8QUANT_CHECK_ARG(q != nullptr, "q", "must not be null");
-  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(in.ptr) % in.elem == 0, in.name,
-                     "must be aligned to its element size (" + std::to_string(in.elem) + " bytes)");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
-  return FP8QUANT_SUCCESS;
 }
 
 }  // namespace
@@ -127,17 +122,20 @@ fp8quant_status_t check_eps(float eps, const char* name) {
   return FP8QUANT_SUCCESS;
 }
 
-fp8quant_status_t check_quantization_buffers(Operand& in, Operand& q, const void* scale, int64_t scale_bytes,
-                                             int64_t batch, int64_t rows, int64_t cols) {
-  return check_quantization_buffers(in, batch, rows, cols, q, scale, scale_bytes, batch, rows, cols);
+fp8quant_status_t check_quantization_strides(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
+                                             Operand& q, int64_t batch, int64_t rows, int64_t cols) {
+  FP8QUANT_RETURN_IF_ERROR(check_input(in, in_batch, in_rows, in_cols));
+  return check_output(q, batch, rows, cols);
 }
 
-fp8quant_status_t check_quantization_buffers(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
-                                             Operand& q, const void* scale, int64_t scale_bytes, int64_t batch,
-                                             int64_t rows, int64_t cols) {
-  FP8QUANT_RETURN_IF_ERROR(check_buffers(in, q.ptr, scale));
-  FP8QUANT_RETURN_IF_ERROR(check_input(in, in_batch, in_rows, in_cols));
-  FP8QUANT_RETURN_IF_ERROR(check_output(q, batch, rows, cols));
+fp8quant_status_t check_quantization_pointers(const Operand& in, const Operand& q, const void* scale,
+                                              int64_t scale_bytes) {
+  FP8QUANT_CHECK_ARG(in.ptr != nullptr, in.name, "must not be null");
+  FP8QUANT_CHECK_ARG(q.ptr != nullptr, q.name, "must not be null");
+  FP8QUANT_CHECK_ARG(scale != nullptr, "scale", "must not be null");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(in.ptr) % in.elem == 0, in.name,
+                     "must be aligned to its element size (" + std::to_string(in.elem) + " bytes)");
+  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(scale) % 4 == 0, "scale", "must be 4-byte aligned");
   FP8QUANT_RETURN_IF_ERROR(check_apart(q.name, q.ptr, q.bytes, in.name, in.ptr, in.bytes));
   FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, in.name, in.ptr, in.bytes));
   return check_apart("scale", scale, scale_bytes, q.name, q.ptr, q.bytes);

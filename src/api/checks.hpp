@@ -1,12 +1,17 @@
-// Argument checks every C API function shares: element sizes, eps, and the strided
-// [batch, rows, cols] tensors (an input read, a row-major output written) with their spans and
-// overlaps. Each check records a message naming the argument (FP8QUANT_CHECK_ARG).
+// Argument checks every C API function shares: element sizes, eps, scale geometry, and the
+// strided [batch, rows, cols] tensors (an input read, a row-major output written) with their
+// spans and overlaps. Each check records a message naming the argument (FP8QUANT_CHECK_ARG).
+//
+// One rule for every function (fp8quant/common.h): the values, strides included, are checked on
+// every call; the pointers only where the call reads or writes through them, so an empty call
+// (nothing launched) returns after the value checks and before any pointer check.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "fp8quant/common.h"
+#include "fp8quant/quant.h"
 
 namespace fp8quant::api {
 
@@ -39,28 +44,33 @@ struct Operand {
   int64_t bytes = 0;  // set by the checks: first element to past the last
 };
 
+// The stride checks below never look at t.ptr. Strides of dimensions of size 0 or 1 are never
+// stepped over: any value is accepted and set to 0; a tensor with no element spans 0 bytes.
+
 // An input `t` ([batch, rows, cols], read): strides >= 0 (rows and batches may overlap or
-// repeat), span within 2^63 bytes; strides of size-1 dimensions set to 0; t.bytes set.
+// repeat), span within 2^63 bytes; t.bytes set.
 fp8quant_status_t check_input(Operand& t, int64_t batch, int64_t rows, int64_t cols);
 
 // A row-major output `t` ([batch, rows, cols], written): rows and batches apart, span within
-// 2^63 bytes; strides of size-1 dimensions set to 0; t.bytes set.
+// 2^63 bytes; t.bytes set.
 fp8quant_status_t check_output(Operand& t, int64_t batch, int64_t rows, int64_t cols);
 
-// Everything about the buffers of a quantization of `in` ([batch, rows, cols], read) into `q`
-// (like-shaped, row-major, written) and `scale` (`scale_bytes` from its pointer), in this order:
-// non-null pointers, `in` aligned to its element and `scale` to 4 bytes; `in`'s strides (>= 0,
-// rows and batches may repeat) and `q`'s (rows and batches apart), each span within 2^63 bytes;
-// outputs sharing no byte with the input or each other ("q: overlaps x"). Strides of size-1
-// dimensions are never stepped over: any value is accepted and set to 0 in `in` and `q`, whose
-// `bytes` are set to their spans.
-fp8quant_status_t check_quantization_buffers(Operand& in, Operand& q, const void* scale, int64_t scale_bytes,
-                                             int64_t batch, int64_t rows, int64_t cols);
+// The strides of a quantization of `in` ([in_batch, in_rows, in_cols], read: x's own rows, or
+// two halves of a row, tokens scattered, ...) into `q` ([batch, rows, cols], row-major, written):
+// check_input and check_output. Every call, an empty one included.
+fp8quant_status_t check_quantization_strides(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
+                                             Operand& q, int64_t batch, int64_t rows, int64_t cols);
 
-// The same for an input whose geometry differs from q's: `in` is [in_batch, in_rows, in_cols]
-// (two halves of a row, rows picked by a map, ...).
-fp8quant_status_t check_quantization_buffers(Operand& in, int64_t in_batch, int64_t in_rows, int64_t in_cols,
-                                             Operand& q, const void* scale, int64_t scale_bytes, int64_t batch,
-                                             int64_t rows, int64_t cols);
+// The pointers of a quantization that has work (after check_quantization_strides): non-null,
+// `in` aligned to its element and `scale` (`scale_bytes` from its pointer) to 4 bytes, and the
+// outputs sharing no byte with the input or each other ("q: overlaps x").
+fp8quant_status_t check_quantization_pointers(const Operand& in, const Operand& q, const void* scale,
+                                              int64_t scale_bytes);
+
+// fp8quant_scale_shape() with the caller's name for its rows (`m_name`: "n" for the weight
+// scales): sizes >= 0, and no size past 64 bits (naming m_name for the rows and groups of one
+// batch, "batch" for their batches).
+fp8quant_status_t check_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
+                                    const char* m_name, fp8quant_scale_shape_t* shape);
 
 }  // namespace fp8quant::api

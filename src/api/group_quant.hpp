@@ -6,26 +6,32 @@
 #include <cstdint>
 #include <string>
 
+#include "api/checks.hpp"
 #include "common/error.hpp"
 #include "fp8quant/quant.h"
 #include "kernels/per_token_group_quant.hpp"
 
 namespace fp8quant::api {
 
-// An index array the kernel reads (a row map, per-batch counts): the outputs must not overlap it.
+// An array of 4-byte elements (int32 row maps and counts, float32 encode scales) the kernel
+// reads, `count` of them (0: not read; a size the body has validated): non-null and 4-byte
+// aligned when read, and the outputs must not overlap it.
 struct IndexInput {
   const char* name = nullptr;
   const void* ptr = nullptr;
-  int64_t bytes = 0;
+  int64_t count = 0;
 };
 
 // Where the rows come from; the default is x's own rows. `in_*` is x's geometry for the buffer
-// checks (two halves per row for kSiluMul, the tokens for kScatter); the other fields are
-// QuantProblem's (their values validated by the caller). For kScatter, batch and m given to
-// group_quant are the destination's (1 x rows, or experts x max_m) and the kernel's teams walk
-// the in_rows tokens.
+// checks (two halves per row for kSiluMul, the tokens for kScatter; ignored for kRows); the other
+// fields are QuantProblem's (their values validated by the caller). For kScatter, batch and m
+// given to group_quant are the destination's (1 x rows, or experts x max_m) and the kernel's
+// teams walk the in_rows tokens. The bodies name batch, m and k as the caller's op names them.
 struct GroupSource {
   QuantSource kind = QuantSource::kRows;
+  const char* batch_name = "batch";
+  const char* m_name = "m";
+  const char* k_name = "k";
   int64_t in_batch = 0;
   int64_t in_rows = 0;
   int64_t in_cols = 0;
@@ -50,6 +56,45 @@ void copy_source(Problem& problem, const GroupSource& source) {
   problem.row_starts = source.row_starts;
   problem.used_rows = source.used_rows;
   problem.pad_align = static_cast<int32_t>(source.pad_align);
+}
+
+// x's geometry [*in_batch, *in_rows, *in_cols] for a quantization into q [batch, m, k_cols].
+inline void source_geometry(const GroupSource& source, int64_t batch, int64_t m, int64_t k_cols, int64_t* in_batch,
+                            int64_t* in_rows, int64_t* in_cols) {
+  const bool own = source.kind == QuantSource::kRows;
+  *in_batch = own ? batch : source.in_batch;
+  *in_rows = own ? m : source.in_rows;
+  *in_cols = own ? k_cols : source.in_cols;
+}
+
+// kScatter's padding part on grid.x: per expert, one block for every 8 of its `pad_columns`
+// (validated) scale columns.
+inline fp8quant_status_t check_scatter_padding(const GroupSource& source, int64_t pad_columns) {
+  if (source.kind != QuantSource::kScatter) return FP8QUANT_SUCCESS;
+  const int64_t chunks = (pad_columns + 7) / 8;
+  FP8QUANT_CHECK_ARG(source.experts * chunks <= (int64_t{1} << 30), "experts",
+                     "experts * " + std::to_string(chunks) +
+                         " (padding blocks per expert for this h) must be at most 2^30 (they go on grid.x)");
+  return FP8QUANT_SUCCESS;
+}
+
+// The index arrays of an op that has work: non-null and 4-byte aligned where read, and apart
+// from q (`q_bytes`) and the scales (`scale_bytes`).
+inline fp8quant_status_t check_index_inputs(const IndexInput* inputs, int n, const void* q, int64_t q_bytes,
+                                            const void* scale, int64_t scale_bytes) {
+  for (int i = 0; i < n; ++i) {
+    const IndexInput& index = inputs[i];
+    if (index.count == 0) continue;
+    FP8QUANT_CHECK_ARG(index.ptr != nullptr, index.name, "must not be null");
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
+  }
+  for (int i = 0; i < n; ++i) {
+    const IndexInput& index = inputs[i];
+    if (index.count == 0) continue;
+    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, q_bytes, index.name, index.ptr, index.count * 4));
+    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, index.name, index.ptr, index.count * 4));
+  }
+  return FP8QUANT_SUCCESS;
 }
 
 // Turn `problem` (QuantProblem or BlockScaledProblem), filled for the destination's geometry

@@ -34,7 +34,8 @@ struct Span {
 };
 
 // The SiLU-and-mul source of x [batch, m, 2n] shared by silu_mul_quant and its block-scaled
-// forms: the checks of its MoE row arguments, then the source the quantizer bodies read.
+// forms: the checks of its MoE row arguments, then the source the quantizer bodies read (which
+// check batch, m and the index arrays' pointers).
 fp8quant_status_t silu_source(int64_t batch, int64_t m, int64_t n, const int32_t* m_indices, const int32_t* used_rows,
                               const int32_t* masked_m, int64_t align, GroupSource* source) {
   using std::to_string;
@@ -47,11 +48,8 @@ fp8quant_status_t silu_source(int64_t batch, int64_t m, int64_t n, const int32_t
                      "applies to the contiguous layout (m_indices) only");
   FP8QUANT_CHECK_ARG(align >= 1 && align <= kMaxAlign, "align",
                      "must be in [1, " + to_string(kMaxAlign) + "], got " + to_string(align));
-  for (const Span& index :
-       {Span{"m_indices", m_indices, 0}, Span{"used_rows", used_rows, 0}, Span{"masked_m", masked_m, 0}}) {
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name, "must be 4-byte aligned");
-  }
   source->kind = fp8quant::QuantSource::kSiluMul;
+  source->k_name = "n";
   source->in_batch = batch;
   source->in_rows = m;
   source->in_cols = 2 * n;
@@ -60,18 +58,18 @@ fp8quant_status_t silu_source(int64_t batch, int64_t m, int64_t n, const int32_t
   source->row_counts = masked_m;
   source->used_rows = used_rows;
   source->pad_align = align;
-  source->indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m * 4 : 0};
-  source->indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch * 4 : 0};
-  source->indices[2] = {"used_rows", used_rows, used_rows != nullptr ? 4 : 0};
+  source->indices[0] = {"m_indices", m_indices, m_indices != nullptr ? m : 0};
+  source->indices[1] = {"masked_m", masked_m, masked_m != nullptr ? batch : 0};
+  source->indices[2] = {"used_rows", used_rows, used_rows != nullptr ? 1 : 0};
   return FP8QUANT_SUCCESS;
 }
 
 // The dispatch source of tokens x [tokens, h] shared by moe_dispatch_quant and
-// moe_dispatch_nvfp4: the checks of its routing arguments (`pad_chunks`: the padding blocks per
-// expert the kernel adds to grid.x), then the source the quantizer bodies read.
+// moe_dispatch_nvfp4: the checks of its routing arguments, then the source the quantizer bodies
+// read (which check h, the destination's geometry and the index arrays' pointers).
 fp8quant_status_t scatter_source(int64_t tokens, int64_t h, const int32_t* slot_rows, int64_t k, const int32_t* counts,
                                  const int32_t* row_offsets, int64_t experts, int64_t align, int64_t rows,
-                                 int64_t max_m, int64_t pad_chunks, GroupSource* source) {
+                                 int64_t max_m, GroupSource* source) {
   using std::to_string;
   const bool masked = row_offsets == nullptr;
   FP8QUANT_CHECK_ARG(tokens >= 0 && tokens <= kMaxInt32, "tokens",
@@ -94,19 +92,12 @@ fp8quant_status_t scatter_source(int64_t tokens, int64_t h, const int32_t* slot_
     FP8QUANT_CHECK_ARG(rows >= 0 && rows <= kMaxInt32, "rows",
                        "must be in [0, " + to_string(kMaxInt32) + "], got " + to_string(rows));
   }
-  FP8QUANT_CHECK_ARG(experts * pad_chunks <= (int64_t{1} << 30), "experts",
-                     "experts * " + to_string(pad_chunks) +
-                         " (padding blocks per expert for this h) must be at most 2^30 (they go on grid.x)");
-  if (tokens == 0) return FP8QUANT_SUCCESS;  // nothing will be read
-  for (const Span& index : {Span{"slot_rows", slot_rows, tokens * k * 4}, Span{"counts", counts, experts * 4},
-                            Span{"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4}}) {
-    if (index.bytes == 0) continue;
-    FP8QUANT_CHECK_ARG(index.ptr != nullptr && reinterpret_cast<uintptr_t>(index.ptr) % 4 == 0, index.name,
-                       "must be a non-null, 4-byte aligned int32 pointer");
-  }
   source->kind = fp8quant::QuantSource::kScatter;
+  source->batch_name = "experts";  // the destination: experts x max_m (masked), or 1 x rows
+  source->m_name = masked ? "max_m" : "rows";
+  source->k_name = "h";
   source->in_batch = 1;
-  source->in_rows = tokens;
+  source->in_rows = tokens;  // none: no slot, no tile, nothing to write (the bodies return)
   source->in_cols = h;
   source->row_map = slot_rows;
   source->row_counts = counts;
@@ -114,9 +105,9 @@ fp8quant_status_t scatter_source(int64_t tokens, int64_t h, const int32_t* slot_
   source->pad_align = align;
   source->slots_per_row = k;
   source->experts = experts;
-  source->indices[0] = {"slot_rows", slot_rows, tokens * k * 4};
-  source->indices[1] = {"counts", counts, experts * 4};
-  source->indices[2] = {"row_offsets", row_offsets, masked ? 0 : (experts + 1) * 4};
+  source->indices[0] = {"slot_rows", slot_rows, tokens * k};
+  source->indices[1] = {"counts", counts, experts};
+  source->indices[2] = {"row_offsets", row_offsets, masked ? 0 : experts + 1};
   return FP8QUANT_SUCCESS;
 }
 
@@ -140,9 +131,20 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
                      "must be in [0, " + to_string(kMaxTokens) + "], got " + to_string(t));
   FP8QUANT_CHECK_ARG(k >= 1 && k <= kMaxSlots, "k",
                      "must be in [1, " + to_string(kMaxSlots) + "], got " + to_string(k));
+  const int64_t vec = 16 / elem;  // elements in 16 bytes; a block covers 128 of those along h
+  const int64_t col_blocks = (h + vec * 128 - 1) / (vec * 128);
+  FP8QUANT_CHECK_ARG(col_blocks <= 65535, "h",
+                     "must be at most " + to_string(65535 * 128 * vec) +
+                         " for this dtype (blocks along h go on grid.y), got " + to_string(h));
+
+  // Strides: y read (rows may repeat), out written (rows apart); every call
+  Operand ys{"y", "y_row_stride", "y_batch_stride", y, elem, 0, y_row_stride};
+  Operand os{"out", "out_row_stride", "out_batch_stride", out, elem, 0, out_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_input(ys, 1, y_rows, h));
+  FP8QUANT_RETURN_IF_ERROR(check_output(os, 1, t, h));
   if (t == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Buffers: y read (rows may repeat), out written (rows apart), rows and weights contiguous
+  // Pointers: y (unless it has no rows), rows and weights read, out written apart from them
   FP8QUANT_CHECK_ARG(y != nullptr || y_rows == 0, "y", "must not be null");
   FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(y) % elem == 0, "y",
                      "must be aligned to its element size (" + to_string(elem) + " bytes)");
@@ -152,16 +154,11 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
                      "must be a non-null, 4-byte aligned float pointer");
   FP8QUANT_CHECK_ARG(out != nullptr && reinterpret_cast<uintptr_t>(out) % elem == 0, "out",
                      "must be non-null and aligned to its element size (" + to_string(elem) + " bytes)");
-  Operand ys{"y", "y_row_stride", "y_batch_stride", y, elem, 0, y_row_stride};
-  Operand os{"out", "out_row_stride", "out_batch_stride", out, elem, 0, out_row_stride};
-  if (y_rows > 0) FP8QUANT_RETURN_IF_ERROR(check_input(ys, 1, y_rows, h));
-  FP8QUANT_RETURN_IF_ERROR(check_output(os, 1, t, h));
   const int64_t slot_bytes = t * k * 4;  // t and k are bounded: no overflow
   FP8QUANT_RETURN_IF_ERROR(check_apart("out", out, os.bytes, "y", y, ys.bytes));
   FP8QUANT_RETURN_IF_ERROR(check_apart("out", out, os.bytes, "rows", rows, slot_bytes));
   FP8QUANT_RETURN_IF_ERROR(check_apart("out", out, os.bytes, "weights", weights, slot_bytes));
 
-  const int64_t vec = 16 / elem;
   fp8quant::CombineProblem problem{};
   problem.y = y;
   problem.rows = rows;
@@ -173,10 +170,6 @@ fp8quant_status_t fp8quant_moe_combine(const void* y, fp8quant_dtype_t y_dtype, 
   problem.t = t;
   problem.k = static_cast<int32_t>(k);
   problem.h = static_cast<int32_t>(h);
-  const int64_t col_blocks = (h + vec * 128 - 1) / (vec * 128);
-  FP8QUANT_CHECK_ARG(col_blocks <= 65535, "h",
-                     "must be at most " + to_string(65535 * 128 * vec) +
-                         " for this dtype (blocks along h go on grid.y), got " + to_string(h));
   problem.col_blocks = static_cast<int32_t>(col_blocks);
   problem.dtype = y_dtype;
   problem.aligned =
@@ -318,9 +311,8 @@ fp8quant_status_t fp8quant_moe_dispatch_quant(const void* x, fp8quant_dtype_t x_
   FP8QUANT_CHECK_ARG(group_size == 128, "group_size",
                      "must be 128 for moe_dispatch_quant, got " + to_string(group_size));
   fp8quant::api::GroupSource source;
-  FP8QUANT_RETURN_IF_ERROR(scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m,
-                                          (h / 128 + 7) / 8, &source));
-  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
+  FP8QUANT_RETURN_IF_ERROR(
+      scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m, &source));
   const bool masked = row_offsets == nullptr;
   return fp8quant::api::group_quant(x, x_dtype, masked ? experts : 1, masked ? max_m : rows, h, 0, x_row_stride, q,
                                     q_batch_stride, q_row_stride, scale, scale_layout, ue8m0, group_size, eps, source,
@@ -336,13 +328,9 @@ fp8quant_status_t fp8quant_moe_dispatch_nvfp4(const void* x, fp8quant_dtype_t x_
                                               const float* global_scale, int64_t global_scales, cudaStream_t stream) {
   const bool masked = row_offsets == nullptr;
   fp8quant::api::GroupSource source;
-  const int64_t pad_chunks = ((h / 16 + 3) / 4 * 4 + 7) / 8;  // kPadSlots-wide chunks of the (padded) slots
   FP8QUANT_RETURN_IF_ERROR(
-      scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m, pad_chunks, &source));
-  FP8QUANT_CHECK_ARG(masked || global_scales <= 1 || m_indices != nullptr, "m_indices",
-                     "must be given with one encode scale per expert in the contiguous layout");
-  FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(m_indices) % 4 == 0, "m_indices", "must be 4-byte aligned");
-  if (tokens == 0) return FP8QUANT_SUCCESS;  // no slot, no tile: nothing to write
+      scatter_source(tokens, h, slot_rows, k, counts, row_offsets, experts, align, rows, max_m, &source));
+  // m_indices: read (and checked) by the body only with one encode scale per expert, contiguous
   fp8quant::api::BlockScaledOutput out{scale_layout, fp8quant::BlockFormat::kNvfp4, global_scale, global_scales};
   out.row_experts = masked ? nullptr : m_indices;
   return fp8quant::api::block_scaled_quant(x, x_dtype, masked ? experts : 1, masked ? max_m : rows, h, 0, x_row_stride,

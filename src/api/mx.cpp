@@ -35,22 +35,25 @@ fp8quant_status_t check_k(int64_t k, int64_t group, const char* name) {
 
 namespace fp8quant::api {
 
-fp8quant_status_t check_mx_shape(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
-                                 int64_t* rows, int64_t* slots) {
+fp8quant_status_t mx_scale_geometry(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
+                                    int64_t num_groups, const char* batch_name, const char* m_name, int64_t* rows,
+                                    int64_t* slots, int64_t* bytes) {
   using std::to_string;
   FP8QUANT_CHECK_ARG(scale_layout == FP8QUANT_MX_SCALE_ROW || scale_layout == FP8QUANT_MX_SCALE_SWIZZLED,
                      "scale_layout", "unknown MX scale layout " + to_string(scale_layout));
-  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
-                     "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
-  FP8QUANT_CHECK_ARG(m >= 0 && m <= kMaxUnits, "m",
-                     "must be in [0, " + to_string(kMaxUnits) + "], got " + to_string(m));
+  FP8QUANT_CHECK_ARG(batch >= 0, batch_name, "must be >= 0, got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0, m_name, "must be >= 0, got " + to_string(m));
+  constexpr int64_t kLimit = int64_t{1} << 62;  // the padding below cannot overflow
   const bool swizzled = scale_layout == FP8QUANT_MX_SCALE_SWIZZLED;
+  int64_t per_batch = 0;
+  const bool fits = m < kLimit && num_groups < kLimit &&
+                    !__builtin_mul_overflow(swizzled ? align_up(m, 128) : m,
+                                            swizzled ? align_up(num_groups, 4) : num_groups, &per_batch);
+  FP8QUANT_CHECK_ARG(fits, m_name, "the scales of this many rows and groups overflow 64-bit sizes");
+  FP8QUANT_CHECK_ARG(!__builtin_mul_overflow(per_batch, batch, bytes), batch_name,
+                     "the scales of this many batches overflow 64-bit sizes");
   *rows = swizzled ? align_up(m, 128) : m;
   *slots = swizzled ? align_up(num_groups, 4) : num_groups;
-  FP8QUANT_CHECK_ARG(*rows * *slots <= kMaxUnits, "m",
-                     "one batch needs " + to_string(*rows * *slots) + " scale slots (" + to_string(*rows) +
-                         " rows of " + to_string(*slots) + ", padding included), more than the limit of " +
-                         to_string(kMaxUnits));
   return FP8QUANT_SUCCESS;
 }
 
@@ -62,53 +65,70 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   const bool fp4 = out.format == fp8quant::BlockFormat::kNvfp4;
   const int64_t group = fp4 ? fp8quant::kNvfp4Group : fp8quant::kMxGroup;
   const int64_t elem = dtype_size(x_dtype);
+  const bool scatter = source.kind == fp8quant::QuantSource::kScatter;
 
   // Values
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
                      "unsupported input dtype " + to_string(x_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
-  const char* k_name = source.kind == fp8quant::QuantSource::kSiluMul   ? "n"  // the op's name for k
-                       : source.kind == fp8quant::QuantSource::kScatter ? "h"
-                                                                        : "k";
-  FP8QUANT_RETURN_IF_ERROR(check_k(k, group, k_name));
+  FP8QUANT_RETURN_IF_ERROR(check_k(k, group, source.k_name));
+  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, source.batch_name,
+                     "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0 && m <= kMaxUnits, source.m_name,
+                     "must be in [0, " + to_string(kMaxUnits) + "], got " + to_string(m));
   const int64_t num_groups = k / group, q_cols = fp4 ? k / 2 : k;
-  int64_t rows = 0, slots = 0;
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(out.layout, batch, m, num_groups, &rows, &slots));
+  int64_t rows = 0, slots = 0, scale_bytes = 0;
+  FP8QUANT_RETURN_IF_ERROR(mx_scale_geometry(out.layout, batch, m, num_groups, source.batch_name, source.m_name, &rows,
+                                             &slots, &scale_bytes));
+  // One team per scale slot, counted in int32: k is what overflows when one row block already needs too many
+  const int64_t row_block = out.layout == FP8QUANT_MX_SCALE_SWIZZLED ? 128 : 1;
+  FP8QUANT_CHECK_ARG(rows * slots <= kMaxUnits, row_block * slots > kMaxUnits ? source.k_name : source.m_name,
+                     "one batch needs " + to_string(rows * slots) + " scale slots (" + to_string(rows) + " rows of " +
+                         to_string(slots) + ", padding included), more than the limit of " + to_string(kMaxUnits));
+  FP8QUANT_RETURN_IF_ERROR(check_scatter_padding(source, align_up(num_groups, 4)));
   int64_t global_scales = 0;  // encode scales read (NVFP4)
+  if (fp4) {
+    global_scales = out.global_scales;
+    using std::string;
+    if (scatter) {  // one for all, or one per expert
+      FP8QUANT_CHECK_ARG(global_scales == 1 || global_scales == source.experts, "global_scales",
+                         "must be 1 or experts (" + to_string(source.experts) + "), got " + to_string(global_scales));
+    } else {  // one for all, one per batch, or (SiLU with m_indices) one per expert
+      const bool by_expert = source.row_map != nullptr && global_scales > 1 && global_scales <= kMaxUnits;
+      FP8QUANT_CHECK_ARG(global_scales == 1 || global_scales == batch || by_expert, "global_scales",
+                         "must be 1 or batch (" + to_string(batch) + ")" +
+                             string(source.kind == fp8quant::QuantSource::kSiluMul
+                                        ? ", or with m_indices the experts' count, at most " + to_string(kMaxUnits)
+                                        : "") +
+                             ", got " + to_string(global_scales));
+    }
+  }
+
+  // Strides and spans, every call; then an empty one is done: nothing read, written or launched
+  int64_t in_batch = 0, in_rows = 0, in_cols = 0;
+  source_geometry(source, batch, m, k, &in_batch, &in_rows, &in_cols);
+  Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
+  Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(xs, in_batch, in_rows, in_cols, qs, batch, m, q_cols));
+  if (batch == 0 || m == 0 || in_batch == 0 || in_rows == 0) return FP8QUANT_SUCCESS;
+
+  // Pointers: present, aligned, outputs sharing no byte with the inputs or with each other (q is
+  // checked as k bytes a row, k / 2 for NVFP4's two elements a byte). The dispatch's contiguous
+  // layout reads m_indices only for one encode scale per expert.
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_pointers(xs, qs, scale, scale_bytes));
   if (fp4) {
     FP8QUANT_CHECK_ARG(out.global_scale != nullptr, "global_scale", "must not be null");
     FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(out.global_scale) % 4 == 0, "global_scale",
                        "must be 4-byte aligned");
-    global_scales = out.global_scales;
-    const bool by_expert = source.kind == fp8quant::QuantSource::kScatter
-                               ? global_scales == source.experts
-                               : source.row_map != nullptr && global_scales > 1;
-    FP8QUANT_CHECK_ARG(
-        (global_scales == 1 || global_scales == batch || by_expert) && global_scales <= kMaxUnits, "global_scales",
-        "must be 1, batch (" + to_string(batch) + ") or one per expert; got " + to_string(global_scales));
   }
-  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
-
-  // Buffers, strides and spans; outputs share no byte with the inputs or with each other (q is
-  // checked as k bytes a row, k / 2 for NVFP4's two elements a byte)
-  const int64_t scale_bytes = batch * rows * slots;
-  const bool own_rows = source.kind == fp8quant::QuantSource::kRows;
-  Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
-  Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, own_rows ? batch : source.in_batch,
-                                                      own_rows ? m : source.in_rows, own_rows ? k : source.in_cols, qs,
-                                                      scale, scale_bytes, batch, m, q_cols));
-  const bool scatter = source.kind == fp8quant::QuantSource::kScatter;
-  const int64_t row_expert_bytes = scatter && out.row_experts != nullptr ? batch * m * 4 : 0;
-  IndexInput inputs[5] = {source.indices[0],
-                          source.indices[1],
-                          source.indices[2],
-                          {"global_scale", out.global_scale, global_scales * 4},
-                          {"m_indices", out.row_experts, row_expert_bytes}};
-  for (const IndexInput& index : inputs) {
-    if (index.bytes == 0) continue;
-    FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, index.name, index.ptr, index.bytes));
-    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, index.name, index.ptr, index.bytes));
-  }
+  const bool row_experts = scatter && source.row_starts != nullptr && global_scales > 1;
+  FP8QUANT_CHECK_ARG(!row_experts || out.row_experts != nullptr, "m_indices",
+                     "must be given with one encode scale per expert in the contiguous layout");
+  const IndexInput inputs[5] = {source.indices[0],
+                                source.indices[1],
+                                source.indices[2],
+                                {"global_scale", out.global_scale, global_scales},
+                                {"m_indices", out.row_experts, row_experts ? batch * m : 0}};
+  FP8QUANT_RETURN_IF_ERROR(check_index_inputs(inputs, 5, q, qs.bytes, scale, scale_bytes));
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem, q_vec = fp4 ? 8 : 16;  // elements and bytes a thread moves at once
@@ -143,7 +163,7 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   if (scatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
     FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, rows, source.in_rows * slots, kMaxUnits));
-    problem.row_experts = out.row_experts;
+    problem.row_experts = row_experts ? out.row_experts : nullptr;
   }
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::block_scaled_quant,
                                    fp8quant::sm100::block_scaled_quant);
@@ -155,13 +175,12 @@ extern "C" {
 
 fp8quant_status_t fp8quant_mx_scale_bytes(fp8quant_mx_scale_layout_t scale_layout, int64_t batch, int64_t m,
                                           int64_t num_groups, int64_t* bytes) {
+  // A size query: no launch limit, only sizes past 64 bits are refused
   FP8QUANT_CHECK_ARG(bytes != nullptr, "bytes", "must not be null");
-  FP8QUANT_CHECK_ARG(num_groups > 0 && num_groups <= kMaxUnits, "num_groups",
-                     "must be in [1, " + std::to_string(kMaxUnits) + "], got " + std::to_string(num_groups));
+  FP8QUANT_CHECK_ARG(num_groups > 0 && num_groups < int64_t{1} << 62, "num_groups",
+                     "must be in [1, 2^62), got " + std::to_string(num_groups));
   int64_t rows = 0, slots = 0;
-  FP8QUANT_RETURN_IF_ERROR(check_mx_shape(scale_layout, batch, m, num_groups, &rows, &slots));
-  *bytes = batch * rows * slots;
-  return FP8QUANT_SUCCESS;
+  return mx_scale_geometry(scale_layout, batch, m, num_groups, "batch", "m", &rows, &slots, bytes);
 }
 
 fp8quant_status_t fp8quant_mxfp8_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t k,

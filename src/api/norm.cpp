@@ -19,6 +19,8 @@ namespace {
 using namespace fp8quant::api;
 
 constexpr int64_t kMaxRows = INT32_MAX - 3;  // grid.x, with the TMA-aligned layouts' padding rows
+// One block per scale row (grid.x), padding included: the swizzled layout pads m to 128
+constexpr int64_t kMaxSwizzledRows = INT32_MAX / 128 * 128;
 
 // The quantized output of fp8quant_rms_norm_quant (FP8 groups) or of the block-scaled forms
 // (`block`); absent for fp8quant_rms_norm.
@@ -66,16 +68,17 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
   int64_t scale_rows = m, scale_bytes = 0, num_groups = 0, scale_slots = 0, q_cols = h;
   const BlockScaledOutput* block = quant ? quant->block : nullptr;
   if (block) {
+    // The block per row indexes its scales in int64: no limit on scale slots, only grid.x's on rows
     const bool fp4 = block->format == fp8quant::BlockFormat::kNvfp4;
     const int64_t group = fp4 ? fp8quant::kNvfp4Group : fp8quant::kMxGroup;
     FP8QUANT_CHECK_ARG(h % group == 0, "h", "must be a multiple of " + to_string(group) + ", got " + to_string(h));
-    FP8QUANT_CHECK_ARG(!fp4 || block->global_scale != nullptr, "global_scale", "must not be null");
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(block->global_scale) % 4 == 0, "global_scale",
-                       "must be 4-byte aligned");
     num_groups = h / group;
     q_cols = fp4 ? h / 2 : h;
-    FP8QUANT_RETURN_IF_ERROR(check_mx_shape(block->layout, 1, m, num_groups, &scale_rows, &scale_slots));
-    scale_bytes = scale_rows * scale_slots;
+    FP8QUANT_RETURN_IF_ERROR(
+        mx_scale_geometry(block->layout, 1, m, num_groups, "batch", "m", &scale_rows, &scale_slots, &scale_bytes));
+    FP8QUANT_CHECK_ARG(block->layout != FP8QUANT_MX_SCALE_SWIZZLED || m <= kMaxSwizzledRows, "m",
+                       "must be at most " + to_string(kMaxSwizzledRows) +
+                           " with the swizzled layout (its rows, padded to 128, go on grid.x), got " + to_string(m));
   } else if (quant) {
     FP8QUANT_CHECK_ARG(is_layout(quant->layout), "scale_layout", "unknown scale layout " + to_string(quant->layout));
     FP8QUANT_CHECK_ARG(quant->layout != FP8QUANT_SCALE_PACKED_UE8M0 || quant->ue8m0, "ue8m0",
@@ -91,7 +94,8 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
     scale_rows = shape.rows;
     scale_bytes = shape.numel * 4;
   }
-  if (m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
+  // Every stride belongs to the rows, never stepped over without rows: an empty call is done
+  if (m == 0) return FP8QUANT_SUCCESS;
 
   // Buffers: present, aligned, spans within 2^63 bytes, outputs apart from everything else
   Operand xs{"x", "x_row_stride", "", x, elem, 0, x_row_stride};
@@ -123,8 +127,10 @@ fp8quant_status_t rms_norm(const void* x, void* residual, const void* weight, fp
       FP8QUANT_RETURN_IF_ERROR(check_apart("scale", quant->scale, scale_bytes, "residual", residual, rs.bytes));
     }
   }
-  if (block && block->global_scale) {
+  if (block && block->format == fp8quant::BlockFormat::kNvfp4) {
     const void* gs = block->global_scale;
+    FP8QUANT_CHECK_ARG(gs != nullptr, "global_scale", "must not be null");
+    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(gs) % 4 == 0, "global_scale", "must be 4-byte aligned");
     FP8QUANT_RETURN_IF_ERROR(check_apart("q", out, os.bytes, "global_scale", gs, 4));
     FP8QUANT_RETURN_IF_ERROR(check_apart("scale", quant->scale, scale_bytes, "global_scale", gs, 4));
     if (residual != nullptr)

@@ -53,21 +53,22 @@ fp8quant_status_t check_apart_all(const void* src, int64_t src_numel, const void
 }
 
 // Everything after each function's own value checks: both buffers' geometry (`src_rows` rows of
-// `src_layout`, `rows` of `dst_layout`; sizes overflow-checked by fp8quant_scale_shape), the
-// buffer checks, then one ScaleTransformProblem. Destination row r reads source row r / row_div.
+// `src_layout`, `rows` of `dst_layout`, both named `m_name`; sizes overflow-checked), then, unless
+// there is nothing to convert, the buffer checks and one ScaleTransformProblem. Destination row r
+// reads source row r / row_div.
 fp8quant_status_t transform(ScaleTransform op, const void* src, const char* src_name,
                             fp8quant_scale_layout_t src_layout, int64_t src_rows, void* dst,
-                            fp8quant_scale_layout_t dst_layout, int64_t rows, int64_t batch, int64_t num_groups,
-                            int64_t row_div, uint64_t* first_invalid, cudaStream_t stream) {
+                            fp8quant_scale_layout_t dst_layout, int64_t rows, const char* m_name, int64_t batch,
+                            int64_t num_groups, int64_t row_div, uint64_t* first_invalid, cudaStream_t stream) {
   fp8quant_scale_shape_t from{}, to{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(src_layout, batch, src_rows, num_groups, &from));
-  FP8QUANT_RETURN_IF_ERROR(fp8quant_scale_shape(dst_layout, batch, rows, num_groups, &to));
+  FP8QUANT_RETURN_IF_ERROR(check_scale_shape(src_layout, batch, src_rows, num_groups, m_name, &from));
+  FP8QUANT_RETURN_IF_ERROR(check_scale_shape(dst_layout, batch, rows, num_groups, m_name, &to));
+  if (batch == 0 || rows == 0) return FP8QUANT_SUCCESS;  // empty: nothing read, written or launched
 
   // Buffers
   FP8QUANT_RETURN_IF_ERROR(check_buffer(src, src_name));
   FP8QUANT_RETURN_IF_ERROR(check_buffer(dst, "dst"));
   FP8QUANT_RETURN_IF_ERROR(check_apart_all(src, from.numel, dst, to.numel, first_invalid));
-  if (batch == 0 || rows == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
   ScaleTransformProblem p{};
   p.op = op;
@@ -100,7 +101,7 @@ fp8quant_status_t fp8quant_convert_scales(const float* src, fp8quant_scale_layou
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(src_layout, "src_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(dst_layout, "dst_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  return transform(ScaleTransform::kConvert, src, "src", src_layout, m, dst, dst_layout, m, batch, num_groups, 1,
+  return transform(ScaleTransform::kConvert, src, "src", src_layout, m, dst, dst_layout, m, "m", batch, num_groups, 1,
                    nullptr, stream);
 }
 
@@ -108,7 +109,7 @@ fp8quant_status_t fp8quant_pack_ue8m0(const float* src, fp8quant_scale_layout_t 
                                       int64_t m, int64_t num_groups, uint64_t* first_invalid, cudaStream_t stream) {
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(src_layout, "src_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  return transform(ScaleTransform::kPack, src, "src", src_layout, m, dst, FP8QUANT_SCALE_PACKED_UE8M0, m, batch,
+  return transform(ScaleTransform::kPack, src, "src", src_layout, m, dst, FP8QUANT_SCALE_PACKED_UE8M0, m, "m", batch,
                    num_groups, 1, first_invalid, stream);
 }
 
@@ -117,7 +118,7 @@ fp8quant_status_t fp8quant_unpack_ue8m0(const int32_t* src, float* dst, fp8quant
                                         cudaStream_t stream) {
   FP8QUANT_RETURN_IF_ERROR(check_fp32_layout(dst_layout, "dst_layout"));
   FP8QUANT_RETURN_IF_ERROR(check_sizes(batch, m, num_groups, "m"));
-  return transform(ScaleTransform::kUnpack, src, "src", FP8QUANT_SCALE_PACKED_UE8M0, m, dst, dst_layout, m, batch,
+  return transform(ScaleTransform::kUnpack, src, "src", FP8QUANT_SCALE_PACKED_UE8M0, m, dst, dst_layout, m, "m", batch,
                    num_groups, 1, first_invalid, stream);
 }
 
@@ -131,7 +132,7 @@ fp8quant_status_t fp8quant_sm100_weight_scales(const float* w_scale, int64_t bat
   // The block scales are the row layout of ceil(n / block_n) rows; output row r reads r / block_n
   const int64_t row_blocks = n / block_n + (n % block_n != 0);
   return transform(ScaleTransform::kPack, w_scale, "w_scale", FP8QUANT_SCALE_ROW, row_blocks, dst,
-                   FP8QUANT_SCALE_PACKED_UE8M0, n, batch, k_blocks, block_n, first_invalid, stream);
+                   FP8QUANT_SCALE_PACKED_UE8M0, n, "n", batch, k_blocks, block_n, first_invalid, stream);
 }
 
 }  // extern "C"

@@ -57,6 +57,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
                               int64_t group_size, float eps, const GroupSource& source, cudaStream_t stream) {
   using std::to_string;
   const int64_t elem = dtype_size(x_dtype);
+  const char* k_name = source.k_name;
+  const char* m_name = source.m_name;
 
   // Values
   FP8QUANT_CHECK_ARG(elem != 0, "x_dtype",
@@ -66,39 +68,43 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
                      "must be nonzero with FP8QUANT_SCALE_PACKED_UE8M0 (packed scales are UE8M0)");
   FP8QUANT_CHECK_ARG(group_size == 32 || group_size == 64 || group_size == 128, "group_size",
                      "must be 32, 64 or 128, got " + to_string(group_size));
-  FP8QUANT_CHECK_ARG(k > 0 && k % group_size == 0, "k",
+  FP8QUANT_CHECK_ARG(k > 0 && k % group_size == 0, k_name,
                      "must be a positive multiple of group_size (" + to_string(group_size) + "), got " + to_string(k));
-  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, "batch",
+  FP8QUANT_CHECK_ARG(batch >= 0 && batch <= kMaxBatch, source.batch_name,
                      "must be in [0, " + to_string(kMaxBatch) + "], got " + to_string(batch));
-  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + to_string(m));
+  FP8QUANT_CHECK_ARG(m >= 0, m_name, "must be >= 0, got " + to_string(m));
   FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
-  if (batch == 0 || m == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
   // Geometry (m and num_groups are bounded first, so no product below overflows)
   const int64_t num_groups = k / group_size;
-  FP8QUANT_CHECK_ARG(m <= kMaxUnits && num_groups <= kMaxUnits, "m",
-                     "m (" + to_string(m) + ") and k / group_size (" + to_string(num_groups) +
-                         ") must each be at most " + to_string(kMaxUnits));
+  FP8QUANT_CHECK_ARG(
+      num_groups <= kMaxUnits, k_name,
+      std::string(k_name) + " / group_size (" + to_string(num_groups) + ") must be at most " + to_string(kMaxUnits));
+  FP8QUANT_CHECK_ARG(m <= kMaxUnits, m_name, "must be at most " + to_string(kMaxUnits) + ", got " + to_string(m));
   const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
   const int64_t slots = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.cols * kPack : num_groups;
   const int64_t units = fp8quant::team_units(scale_layout, shape.rows, slots);
-  FP8QUANT_CHECK_ARG(units <= kMaxUnits, "m",
+  // k is what overflows when one row (one tile of rows, padding included) already needs too many
+  const int64_t row_units =
+      fp8quant::team_units(scale_layout, scale_geometry(scale_layout, 1, 1, num_groups).rows, slots);
+  FP8QUANT_CHECK_ARG(units <= kMaxUnits, row_units > kMaxUnits ? k_name : m_name,
                      "one batch needs " + to_string(units) + " group slots (" + to_string(shape.rows) +
                          " scale rows, padding included, of " + to_string(slots) + " slots), more than the limit of " +
                          to_string(kMaxUnits));
+  FP8QUANT_RETURN_IF_ERROR(check_scatter_padding(source, num_groups));
 
-  // Buffers, strides and spans; outputs share no byte with the input or with each other
+  // Strides and spans, every call; then an empty one is done: nothing read, written or launched
+  int64_t in_batch = 0, in_rows = 0, in_cols = 0;
+  source_geometry(source, batch, m, k, &in_batch, &in_rows, &in_cols);
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(xs, in_batch, in_rows, in_cols, qs, batch, m, k));
+  if (batch == 0 || m == 0 || in_batch == 0 || in_rows == 0) return FP8QUANT_SUCCESS;
+
+  // Pointers: present, aligned, outputs sharing no byte with the inputs or with each other
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
-  const bool rows = source.kind == fp8quant::QuantSource::kRows;
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(xs, rows ? batch : source.in_batch, rows ? m : source.in_rows,
-                                                      rows ? k : source.in_cols, qs, scale, scale_bytes, batch, m, k));
-  for (const IndexInput& index : source.indices) {
-    if (index.bytes == 0) continue;
-    FP8QUANT_RETURN_IF_ERROR(check_apart(qs.name, qs.ptr, qs.bytes, index.name, index.ptr, index.bytes));
-    FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, index.name, index.ptr, index.bytes));
-  }
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_pointers(xs, qs, scale, scale_bytes));
+  FP8QUANT_RETURN_IF_ERROR(check_index_inputs(source.indices, 3, q, qs.bytes, scale, scale_bytes));
 
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem;  // elements in 16 bytes
@@ -149,6 +155,22 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   }
 }
 
+fp8quant_status_t check_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,
+                                    const char* m_name, fp8quant_scale_shape_t* shape) {
+  using std::to_string;
+  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout", "unknown scale layout " + to_string(scale_layout));
+  FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + to_string(batch));
+  FP8QUANT_CHECK_ARG(m >= 0, m_name, "must be >= 0, got " + to_string(m));
+  FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + to_string(num_groups));
+  constexpr int64_t kLimit = int64_t{1} << 56;
+  FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign), m_name,
+                     "the scales of this many rows and groups overflow 64-bit sizes");
+  FP8QUANT_CHECK_ARG(batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch, "batch",
+                     "the scales of this many batches overflow 64-bit sizes");
+  *shape = scale_geometry(scale_layout, batch, m, num_groups);
+  return FP8QUANT_SUCCESS;
+}
+
 }  // namespace fp8quant::api
 
 extern "C" {
@@ -156,16 +178,7 @@ extern "C" {
 fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m,
                                        int64_t num_groups, fp8quant_scale_shape_t* shape) {
   FP8QUANT_CHECK_ARG(shape != nullptr, "shape", "must not be null");
-  FP8QUANT_CHECK_ARG(is_layout(scale_layout), "scale_layout", "unknown scale layout " + std::to_string(scale_layout));
-  FP8QUANT_CHECK_ARG(batch >= 0, "batch", "must be >= 0, got " + std::to_string(batch));
-  FP8QUANT_CHECK_ARG(m >= 0, "m", "must be >= 0, got " + std::to_string(m));
-  FP8QUANT_CHECK_ARG(num_groups >= 0, "num_groups", "must be >= 0, got " + std::to_string(num_groups));
-  constexpr int64_t kLimit = int64_t{1} << 56;
-  FP8QUANT_CHECK_ARG(m < kLimit && num_groups < kLimit / (m + kTmaRowAlign) &&
-                         (batch == 0 || (m + kTmaRowAlign) * num_groups < kLimit / batch),
-                     "m", "the scales of this many rows and groups overflow 64-bit sizes");
-  *shape = scale_geometry(scale_layout, batch, m, num_groups);
-  return FP8QUANT_SUCCESS;
+  return fp8quant::api::check_scale_shape(scale_layout, batch, m, num_groups, "m", shape);
 }
 
 fp8quant_status_t fp8quant_per_token_group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m,

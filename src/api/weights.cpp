@@ -20,11 +20,12 @@ constexpr int64_t kMaxCols = (int64_t{1} << 31) - 1 - fp8quant::kWeightBlock;  /
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Validate and launch a per-block quantization of `w` (elements of `elem` bytes, `dtype`), or,
-// with `w_scale`, a requantization of the float8_e4m3fn `w` with those block scales.
-fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t dtype, const float* w_scale,
-                                  int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride, int64_t w_row_stride,
-                                  void* q, int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
-                                  int64_t block_k, bool ue8m0, float eps, cudaStream_t stream) {
+// with `requantize`, a requantization of the float8_e4m3fn `w` with the block scales `w_scale`.
+fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t dtype, bool requantize,
+                                  const float* w_scale, int64_t batch, int64_t n, int64_t k, int64_t w_batch_stride,
+                                  int64_t w_row_stride, void* q, int64_t q_batch_stride, int64_t q_row_stride,
+                                  float* scale, int64_t block_n, int64_t block_k, bool ue8m0, float eps,
+                                  cudaStream_t stream) {
   using std::to_string;
   constexpr int64_t kBlock = fp8quant::kWeightBlock;
 
@@ -37,15 +38,19 @@ fp8quant_status_t quantize_blocks(const void* w, int64_t elem, fp8quant_dtype_t 
                      "must be in [0, " + to_string(kMaxGrid * kBlock) + "], got " + to_string(n));
   FP8QUANT_CHECK_ARG(k > 0 && k <= kMaxCols, "k", "must be in [1, " + to_string(kMaxCols) + "], got " + to_string(k));
   FP8QUANT_RETURN_IF_ERROR(check_eps(eps));
-  if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;  // empty: nothing to launch
 
-  // Buffers, strides and spans; outputs share no byte with the inputs or with each other
+  // Strides and spans, every call; then an empty one is done: nothing read, written or launched
   Operand ws{"w", "w_row_stride", "w_batch_stride", w, elem, w_batch_stride, w_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(ws, batch, n, k, qs, batch, n, k));
+  if (batch == 0 || n == 0) return FP8QUANT_SUCCESS;
+
+  // Pointers: present, aligned, outputs sharing no byte with the inputs or with each other
   const int64_t row_blocks = ceil_div(n, kBlock), col_blocks = ceil_div(k, kBlock);
   const int64_t scale_bytes = batch * row_blocks * col_blocks * 4;
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_buffers(ws, qs, scale, scale_bytes, batch, n, k));
-  if (w_scale != nullptr) {
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_pointers(ws, qs, scale, scale_bytes));
+  if (requantize) {
+    FP8QUANT_CHECK_ARG(w_scale != nullptr, "w_scale", "must not be null");
     FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(w_scale) % 4 == 0, "w_scale", "must be 4-byte aligned");
     FP8QUANT_RETURN_IF_ERROR(check_apart("q", q, qs.bytes, "w_scale", w_scale, scale_bytes));
     FP8QUANT_RETURN_IF_ERROR(check_apart("scale", scale, scale_bytes, "w_scale", w_scale, scale_bytes));
@@ -90,7 +95,7 @@ fp8quant_status_t fp8quant_per_block_quant(const void* w, fp8quant_dtype_t w_dty
   const int64_t elem = dtype_size(w_dtype);
   FP8QUANT_CHECK_ARG(elem != 0, "w_dtype",
                      "unsupported input dtype " + std::to_string(w_dtype) + " (FLOAT32, FLOAT16 or BFLOAT16)");
-  return quantize_blocks(w, elem, w_dtype, nullptr, batch, n, k, w_batch_stride, w_row_stride, q, q_batch_stride,
+  return quantize_blocks(w, elem, w_dtype, false, nullptr, batch, n, k, w_batch_stride, w_row_stride, q, q_batch_stride,
                          q_row_stride, scale, block_n, block_k, ue8m0 != 0, eps, stream);
 }
 
@@ -98,8 +103,7 @@ fp8quant_status_t fp8quant_requantize_ue8m0(const void* w, const float* w_scale,
                                             int64_t w_batch_stride, int64_t w_row_stride, void* q,
                                             int64_t q_batch_stride, int64_t q_row_stride, float* scale, int64_t block_n,
                                             int64_t block_k, float eps, cudaStream_t stream) {
-  FP8QUANT_CHECK_ARG(w_scale != nullptr, "w_scale", "must not be null");
-  return quantize_blocks(w, 1, FP8QUANT_DTYPE_BFLOAT16, w_scale, batch, n, k, w_batch_stride, w_row_stride, q,
+  return quantize_blocks(w, 1, FP8QUANT_DTYPE_BFLOAT16, true, w_scale, batch, n, k, w_batch_stride, w_row_stride, q,
                          q_batch_stride, q_row_stride, scale, block_n, block_k, true, eps, stream);
 }
 

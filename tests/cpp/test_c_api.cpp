@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fixture.hpp"
@@ -99,7 +100,22 @@ void test_scale_shape() {
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, 1, 1, nullptr) == FP8QUANT_ERROR_INVALID_ARGUMENT);
   EXPECT(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, int64_t{1} << 40, int64_t{1} << 40, &s) ==
          FP8QUANT_ERROR_INVALID_ARGUMENT);
+  // The argument whose size overflows is named: the rows and groups fit, their batches do not
+  expect_invalid_argument(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, int64_t{1} << 50, 4, 1 << 10, &s), "batch",
+                          "overflow");
+  expect_invalid_argument(fp8quant_scale_shape(FP8QUANT_SCALE_ROW, 1, int64_t{1} << 60, 1, &s), "m", "overflow");
 }
+
+// Every public enum has int as its fixed underlying type in C++: any int (an unknown value the
+// functions refuse included) is a value of the type, not undefined behavior.
+template <typename E>
+constexpr bool int_based() {
+  return std::is_same_v<std::underlying_type_t<E>, int>;
+}
+static_assert(int_based<fp8quant_status_t>() && int_based<fp8quant_dtype_t>() && int_based<fp8quant_scale_layout_t>() &&
+                  int_based<fp8quant_mx_scale_layout_t>() && int_based<fp8quant_mx_recipe_t>() &&
+                  int_based<fp8quant_routing_status_t>(),
+              "public enums are int-based in C++");
 
 void test_validation() {
   Call c;
@@ -123,14 +139,33 @@ void test_validation() {
   c = Call(), c.x_row_stride = -256, expect_invalid(c, "x_row_stride");
   c = Call(), c.q_row_stride = 128, expect_invalid(c, "q_row_stride");
   c = Call(), c.batch = 2, c.q_batch_stride = 256, expect_invalid(c, "q_batch_stride");
-  // 2^31 groups in one batch do not fit the device's int32 counters
+  // 2^31 groups in one batch do not fit the device's int32 counters; the argument that overflows them is named
   c = Call(), c.m = int64_t{1} << 30, c.k = 128 * 4, expect_invalid(c, "m");
+  c = Call(), c.m = 4, c.k = c.x_row_stride = c.q_row_stride = int64_t{1} << 40, expect_invalid(c, "k", "group_size");
+  c = Call(), c.m = 4, c.k = c.x_row_stride = c.q_row_stride = int64_t{1} << 37;  // 2^30 groups
+  expect_invalid(c, "k", "group slots");  // one tile of 4 rows already needs 2^32 of them
 
   // Empty problems succeed without touching the device or the pointers
   c = Call(), c.m = 0, c.x = nullptr, c.q = nullptr, c.scale = nullptr;
   EXPECT(c.run() == FP8QUANT_SUCCESS);
   c = Call(), c.batch = 0;
   EXPECT(c.run() == FP8QUANT_SUCCESS);
+}
+
+// An empty call checks every value (strides included) and no pointer (common.h)
+void test_empty() {
+  Call c;
+  c.m = 0, c.x = nullptr, c.q = nullptr, c.scale = nullptr;
+  c.batch = 2, c.q_batch_stride = 0;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);  // batches of no rows do not overlap
+  c.x_batch_stride = -1, expect_invalid(c, "x_batch_stride", ">= 0");
+  c.x_batch_stride = 0, c.q_batch_stride = -1, expect_invalid(c, "q_batch_stride", "must not overlap");
+  c.q_batch_stride = 0, c.k = c.x_row_stride = c.q_row_stride = int64_t{1} << 40, expect_invalid(c, "k");
+  c = Call(), c.m = 0, c.x = nullptr, c.q = nullptr, c.scale = nullptr;
+  c.x_row_stride = c.q_row_stride = -7;  // a dimension of size 0 is never stepped over
+  EXPECT(c.run() == FP8QUANT_SUCCESS);
+  c.eps = 0.0f, expect_invalid(c, "eps");
+  c = Call(), c.batch = 0, c.layout = static_cast<fp8quant_scale_layout_t>(9), expect_invalid(c, "scale_layout");
 }
 
 // eps below the smallest normal float32 makes eps / 448 zero, and an all-zero group 0 / 0 = NaN
@@ -214,7 +249,9 @@ bool test_launch() {
   int major = -1, minor = -1;
   const fp8quant_status_t device = fp8quant_check_device(&major, &minor);
   EXPECT(major >= 0 && minor >= 0);
-  EXPECT(device == ((major == 9 || major == 10) && minor == 0 ? FP8QUANT_SUCCESS : FP8QUANT_ERROR_UNSUPPORTED_DEVICE));
+  // Compute capability 9.0 runs the sm_90a code, every 10.x the sm_100f code
+  const bool supported = (major == 9 && minor == 0) || major == 10;
+  EXPECT(device == (supported ? FP8QUANT_SUCCESS : FP8QUANT_ERROR_UNSUPPORTED_DEVICE));
   const int64_t m = 2, k = 128;
   std::vector<uint16_t> x(m * k, bf16(1.0f));
   x[5] = bf16(448.0f);
@@ -225,10 +262,17 @@ bool test_launch() {
   cudaMalloc(&ds, 4 * 4);
   cudaMemset(ds, 0xFF, 16);
   cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice);
-  const fp8quant_status_t st = fp8quant_per_token_group_quant(dx, FP8QUANT_DTYPE_BFLOAT16, 1, m, k, 0, k, dq, 0, k, ds,
-                                                              FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-10f, nullptr);
-  if (st == FP8QUANT_ERROR_UNSUPPORTED_DEVICE) return false;
-  EXPECT(st == FP8QUANT_SUCCESS);
+  const auto launch = [&] {
+    return fp8quant_per_token_group_quant(dx, FP8QUANT_DTYPE_BFLOAT16, 1, m, k, 0, k, dq, 0, k, ds,
+                                          FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-10f, nullptr);
+  };
+  const fp8quant_status_t st = launch();
+  if (!supported) {  // the launch is refused, naming the device
+    EXPECT(st == FP8QUANT_ERROR_UNSUPPORTED_DEVICE);
+    free_all(dx, dq, ds);
+    return false;
+  }
+  EXPECT(st == FP8QUANT_SUCCESS);  // on a supported device UNSUPPORTED_DEVICE is a failure
   std::vector<uint8_t> q(m * k);
   float s[4];
   cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost);
@@ -236,6 +280,19 @@ bool test_launch() {
   EXPECT(s[0] == 1.0f && s[1] == 1.5f && s[2] == 0.0f && s[3] == 0.0f);  // rows 2, 3: padding
   EXPECT(q[5] == 0x7E && q[0] == 0x38);                                  // 448 -> 0x7E, 1.0 -> 0x38
   EXPECT(q[k + 7] == 0xFE && q[k] == 0x33);                              // -672/1.5 = -448; 1/1.5 -> 0.6875 = 0x33
+
+  // A non-sticky error the caller left behind (a failed allocation) is not the launch's: the
+  // call still succeeds, with PDL off and on
+  const int pdl = fp8quant_pdl_enabled();
+  for (const int with_pdl : {0, 1}) {
+    fp8quant_set_pdl(with_pdl);
+    void* huge = nullptr;
+    EXPECT(cudaMalloc(&huge, size_t{1} << 62) != cudaSuccess);
+    EXPECT(launch() == FP8QUANT_SUCCESS);
+    cudaGetLastError();  // the caller's error is the caller's to clear
+  }
+  fp8quant_set_pdl(pdl);
+  EXPECT(cudaDeviceSynchronize() == cudaSuccess);
   free_all(dx, dq, ds);
   return true;
 }
@@ -248,6 +305,7 @@ int main(int argc, char** argv) {
   test_statuses();
   test_scale_shape();
   test_validation();
+  test_empty();
   test_eps_floor();
   test_group_limit_message();
   test_strides();

@@ -17,6 +17,7 @@ const void* const kY = fake_address<const void>(1);
 const int32_t* const kRows = fake_address<const int32_t>(2);
 const float* const kWeights = fake_address<const float>(3);
 void* const kOut = fake_address<void>(4);
+constexpr int64_t kMaxRows32 = (int64_t{1} << 31) - 1;
 
 struct Call {
   const void* y = kY;
@@ -55,6 +56,15 @@ void test_validation() {
   c = Call(), c.out_row_stride = 255, expect_invalid(c, "out_row_stride", "must not overlap");
   c = Call(), c.out = const_cast<void*>(kY), expect_invalid(c, "out", "overlaps y");
   c = Call(), c.out = const_cast<int32_t*>(kRows) + 4, expect_invalid(c, "out", "overlaps rows");
+  // h's blocks of 128 vectors go on grid.y: at most 65535 * 128 * 4 float32 elements
+  c = Call(), c.dtype = FP8QUANT_DTYPE_FLOAT32, c.h = c.y_row_stride = c.out_row_stride = 65535 * 128 * 4;
+  c.out = reinterpret_cast<void*>(uintptr_t(1) << 40), expect_valid_without_gpu(c);  // out far from y
+  c.h = c.y_row_stride = c.out_row_stride = 65535 * 128 * 4 + 1, expect_invalid(c, "h", "33553920");
+  // No token: the values are still checked, the pointers not
+  c = Call(), c.t = 0, c.y = nullptr, c.rows = nullptr, c.weights = nullptr, c.out = nullptr;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);
+  c.dtype = FP8QUANT_DTYPE_FLOAT32, c.h = 1 << 25, expect_invalid(c, "h");
+  c = Call(), c.t = 0, c.y_row_stride = -1, expect_invalid(c, "y_row_stride");
 }
 
 struct Routing {
@@ -125,6 +135,20 @@ void test_silu_validation() {
   invalid(run(128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 8), nullptr, nullptr, 1),
           "q");  // overlaps q
   invalid(run(128, kRows, reinterpret_cast<const int32_t*>(static_cast<const char*>(scale) + 8), nullptr, 1), "scale");
+  // k is n here: the refusal names n
+  expect_invalid_argument(
+      fp8quant_silu_mul_quant(x, FP8QUANT_DTYPE_BFLOAT16, 1, 4, 100, 0, 200, nullptr, nullptr, nullptr, 128, q, 0, 100,
+                              scale, FP8QUANT_SCALE_ROW, 0, 128, 1e-10f, nullptr),
+      "n", "multiple of group_size");
+  // Empty: every pointer may be null (misaligned ones too), the values are still checked
+  const auto* misaligned = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(kRows) + 2);
+  EXPECT(fp8quant_silu_mul_quant(nullptr, FP8QUANT_DTYPE_BFLOAT16, 1, 0, 512, 0, 1024, misaligned, nullptr, nullptr,
+                                 128, nullptr, 0, 512, nullptr, FP8QUANT_SCALE_MN_TMA, 0, 128, 1e-10f,
+                                 nullptr) == FP8QUANT_SUCCESS);
+  expect_invalid_argument(
+      fp8quant_silu_mul_quant(nullptr, FP8QUANT_DTYPE_BFLOAT16, 1, 0, 512, 0, 1024, nullptr, nullptr, nullptr, 128,
+                              nullptr, 0, 512, nullptr, FP8QUANT_SCALE_MN_TMA, 0, 128, 0.0f, nullptr),
+      "eps");
 }
 
 void test_dispatch_validation() {
@@ -155,6 +179,39 @@ void test_dispatch_validation() {
   invalid(run(100, 128, nullptr, counts, offsets, 0), "slot_rows");
   invalid(run(100, 128, reinterpret_cast<const int32_t*>(static_cast<const char*>(kOut) + 64), counts, offsets, 0),
           "q");
+
+  // Each refusal names the dispatch's own argument: h (the quantizer's k), rows (its m)
+  const auto call = [&](int64_t tokens, int64_t h, int64_t rows, int64_t max_m, const int32_t* row_offsets,
+                        const void* x, void* q, void* s, const int32_t* slot_rows, const int32_t* row_counts,
+                        fp8quant_dtype_t dtype = FP8QUANT_DTYPE_BFLOAT16, int64_t q_row_stride = 0,
+                        fp8quant_scale_layout_t layout = FP8QUANT_SCALE_ROW, float eps = 1e-10f) {
+    return fp8quant_moe_dispatch_quant(x, dtype, tokens, h, h, slot_rows, 2, row_counts, row_offsets, 8, 128, rows,
+                                       max_m, q, max_m * h, q_row_stride != 0 ? q_row_stride : h, s, layout, 0, 128,
+                                       eps, nullptr);
+  };
+  expect_invalid_argument(call(4, 100, 256, 0, offsets, kY, kOut, scale, kRows, counts), "h", "multiple of group_size");
+  expect_invalid_argument(call(4, 128, kMaxRows32, 0, offsets, kY, kOut, scale, kRows, counts), "rows", "at most");
+  expect_invalid_argument(call(4, 1024, int64_t{1} << 30, 0, offsets, kY, kOut, scale, kRows, counts), "rows",
+                          "group slots");  // 2^30 rows of 8 groups
+  expect_invalid_argument(call(4, 4096, 0, int64_t{1} << 27, nullptr, kY, kOut, scale, kRows, counts), "max_m",
+                          "group slots");  // 2^27 rows of 32 groups an expert
+
+  // No token: nothing read or written, every pointer may be null; the values are still checked
+  EXPECT(call(0, 1024, 2048, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, FP8QUANT_DTYPE_BFLOAT16, 0,
+              FP8QUANT_SCALE_MN_TMA) == FP8QUANT_ERROR_INVALID_ARGUMENT);  // masked needs max_m
+  EXPECT(call(0, 1024, 2048, 64, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) == FP8QUANT_SUCCESS);
+  EXPECT(call(0, 1024, 2048, 0, offsets, nullptr, nullptr, nullptr, nullptr, nullptr) == FP8QUANT_SUCCESS);
+  const auto empty = [&](fp8quant_dtype_t dtype, int64_t h, int64_t q_row_stride, fp8quant_scale_layout_t layout,
+                         float eps) {
+    return call(0, h, 0, 8, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dtype, q_row_stride, layout, eps);
+  };
+  const auto bf16_type = FP8QUANT_DTYPE_BFLOAT16;
+  const auto row = FP8QUANT_SCALE_ROW;
+  expect_invalid_argument(empty(static_cast<fp8quant_dtype_t>(9), 128, 0, row, 1e-10f), "x_dtype");
+  expect_invalid_argument(empty(bf16_type, -5, 128, row, 1e-10f), "h");
+  expect_invalid_argument(empty(bf16_type, 128, 0, static_cast<fp8quant_scale_layout_t>(7), 1e-10f), "scale_layout");
+  expect_invalid_argument(empty(bf16_type, 128, 0, row, -1.0f), "eps");
+  expect_invalid_argument(empty(bf16_type, 128, -1, row, 1e-10f), "q_row_stride");
 }
 
 // On a supported GPU: y rows of constants 1, 2, 4; token 0 takes 0.5 * row 1 + 0.25 * row 2,

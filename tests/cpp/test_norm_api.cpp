@@ -64,6 +64,11 @@ void test_validation() {
   c = Call(), c.layout = static_cast<fp8quant_scale_layout_t>(9), expect_invalid(c, "scale_layout");
   c = Call(), c.m = 0;
   EXPECT(c.run() == FP8QUANT_SUCCESS);  // empty: accepted, nothing launched
+  c.x = nullptr, c.residual = nullptr, c.weight = nullptr, c.q = nullptr, c.scale = nullptr;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);  // no pointer is examined
+  c.quantize = false;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);
+  c.h = 24, expect_invalid(c, "h");  // the values are
   c = Call(), c.x = nullptr, expect_invalid(c, "x", "null");
   c = Call(), c.weight = nullptr, expect_invalid(c, "weight", "null");
   c = Call(), c.q = nullptr, expect_invalid(c, "q", "null");

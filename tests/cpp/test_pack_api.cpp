@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,22 @@ void test_validation() {
   expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, 300, 0, 128, words, nullptr, nullptr), "k_blocks");
   expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, -1, 7, 128, words, nullptr, nullptr), "n");
   expect_valid_without_gpu([&] { return fp8quant_sm100_weight_scales(kSrc, 2, 300, 7, 128, words, kFlag, nullptr); });
+  // Sizes past 64 bits name the argument that overflows: the weight's rows are n, not m
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  expect_invalid_argument(fp8quant_sm100_weight_scales(kSrc, 1, kMax, 4, 1, words, nullptr, nullptr), "n", "overflow");
+  expect_invalid_argument(fp8quant_pack_ue8m0(kSrc, tma, words, int64_t{1} << 50, 4, 1 << 10, nullptr, nullptr),
+                          "batch", "overflow");
+
+  // Nothing to convert (no rows or no batches): every pointer may be null, the values are still checked
+  EXPECT(fp8quant_pack_ue8m0(nullptr, row, nullptr, 1, 0, 4, nullptr, nullptr) == FP8QUANT_SUCCESS);
+  EXPECT(fp8quant_pack_ue8m0(reinterpret_cast<const float*>(reinterpret_cast<const char*>(kSrc) + 2), row, words, 1, 0,
+                             4, reinterpret_cast<uint64_t*>(kDst + 1), nullptr) == FP8QUANT_SUCCESS);  // not examined
+  EXPECT(fp8quant_convert_scales(nullptr, row, nullptr, tma, 0, 5, 4, nullptr) == FP8QUANT_SUCCESS);
+  EXPECT(fp8quant_unpack_ue8m0(nullptr, nullptr, row, 3, 0, 4, nullptr, nullptr) == FP8QUANT_SUCCESS);
+  EXPECT(fp8quant_sm100_weight_scales(nullptr, 1, 0, 4, 128, nullptr, nullptr, nullptr) == FP8QUANT_SUCCESS);
+  expect_invalid_argument(fp8quant_pack_ue8m0(nullptr, packed, nullptr, 1, 0, 4, nullptr, nullptr), "src_layout");
+  expect_invalid_argument(fp8quant_convert_scales(nullptr, row, nullptr, tma, 0, 5, 0, nullptr), "num_groups");
+  expect_invalid_argument(fp8quant_sm100_weight_scales(nullptr, 1, 0, 4, 0, nullptr, nullptr, nullptr), "block_n");
 
   const void* w = kSrc;
   void* q = kDst;

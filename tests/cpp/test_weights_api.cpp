@@ -64,6 +64,20 @@ void test_validation() {
   c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 59996),
   expect_invalid(c, "scale", "overlaps q");
   c = Call(), c.scale = reinterpret_cast<float*>(static_cast<char*>(kQ) + 60000), expect_valid_without_gpu(c);
+  c = Call(), c.k = c.w_row_stride = c.q_row_stride = (int64_t{1} << 31) - 129, c.n = 1;
+  c.q = reinterpret_cast<void*>(uintptr_t(1) << 40), c.scale = reinterpret_cast<float*>(uintptr_t(2) << 40);
+  expect_valid_without_gpu(c);
+  c.k = c.w_row_stride = c.q_row_stride = (int64_t{1} << 31) - 128, expect_invalid(c, "k", "2147483519");
+
+  // Empty (no rows or no weights): every pointer may be null, every value (strides included) is checked
+  c = Call(), c.n = 0, c.w = nullptr, c.q = nullptr, c.scale = nullptr;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);
+  c.batch = 2, c.q_batch_stride = 0;
+  EXPECT(c.run() == FP8QUANT_SUCCESS);  // weights of no rows do not overlap
+  c.w_batch_stride = -1, expect_invalid(c, "w_batch_stride", ">= 0");
+  c = Call(), c.batch = 0, c.w = nullptr, c.eps = 0.0f, expect_invalid(c, "eps");
+  EXPECT(fp8quant_requantize_ue8m0(nullptr, nullptr, 1, 0, 300, 0, 300, nullptr, 0, 300, nullptr, 128, 128, 1e-4f,
+                                   nullptr) == FP8QUANT_SUCCESS);
 }
 
 // On a supported GPU: w [130, 200] of 1.0 with 448 in block (0, 0), -672 in block (0, 1) and
