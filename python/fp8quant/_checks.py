@@ -132,6 +132,13 @@ def check_routing_tokens(x: torch.Tensor, routing) -> None:
         )
 
 
+def check_masked_max_m(routing, max_m: int) -> None:
+    """``max_m``, the masked layout's rows per expert, is the routing's own where it recorded one:
+    ``masked_row`` encodes a slot's row as ``e * routing.max_m + rank``, so another would misplace rows."""
+    if routing.max_m is not None and max_m != routing.max_m:
+        raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
+
+
 def check_norm_args(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None,
                     max_h: int | None = None) -> None:  # fmt: skip
     """The RMSNorm arguments (docs/contract.md, "RMSNorm"); with ``max_h``, H is also at most that (the

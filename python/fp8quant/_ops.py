@@ -22,7 +22,7 @@ launch::
 An input the launch updates in place (a residual) is named in ``mutates``: the registered ops
 declare it mutated, and the reference returns its new value after the outputs.
 
-Eager calls on plain tensors (the common case in engines running prefill or decode without
+Eager calls on plain tensors (nn.Parameter too; the common case in engines running prefill or decode without
 capture) check ``out=`` tensors, allocate and launch directly: a Python custom op's dispatch costs
 more host time than the kernel takes. Traced calls (``torch.compile``, ``make_fx``, fake tensors,
 a dispatch mode) go through the registered ops. Both run the same launch, so they give the same
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from torch.utils._device import DeviceContext
 
 __all__ = ["Buffer", "Op", "TensorMeta", "tracing"]
 
@@ -112,12 +113,43 @@ class Buffer:
 
 def tracing() -> bool:
     """Whether calls are being traced: by ``torch.compile``, or under a dispatch or function mode
-    (``make_fx``, ``FakeTensorMode``, ...)."""
+    (``make_fx``, ``FakeTensorMode``, ...). ``with torch.device(...)`` is a function mode too, one
+    that only fills in the device of factory calls: it is not tracing."""
     return (
         torch.compiler.is_compiling()
         or torch._C._len_torch_dispatch_stack() > 0
-        or torch._C._is_torch_function_mode_enabled()
+        or (torch._C._is_torch_function_mode_enabled() and _function_mode_other_than_device())
     )
+
+
+def _function_mode_other_than_device() -> bool:
+    """A torch-function mode is active that is not a ``torch.device`` context."""
+    return not all(
+        isinstance(torch._C._get_function_stack_at(i), DeviceContext)
+        for i in range(torch._C._len_torch_function_stack())
+    )
+
+
+# Tensor types the eager path takes as they are: torch.Tensor, and subclasses that override neither
+# __torch_function__ nor __torch_dispatch__ (nn.Parameter, ...), whose calls reach the
+# kernels unchanged. Subclasses that do (FakeTensor, FunctionalTensor, DTensor, ...) go through the
+# registered ops. Decided once per type.
+_PLAIN_TYPES: dict[type, bool] = {torch.Tensor: True}
+_DEFAULT_TORCH_FUNCTIONS = (torch._C._disabled_torch_function_impl, torch.Tensor.__torch_function__.__func__)
+
+
+def _plain(t) -> bool:
+    """``t`` is a tensor the eager path runs on directly (see _PLAIN_TYPES)."""
+    cls = type(t)
+    plain = _PLAIN_TYPES.get(cls)
+    if plain is None:
+        function = getattr(cls, "__torch_function__", None)
+        plain = _PLAIN_TYPES[cls] = (
+            issubclass(cls, torch.Tensor)
+            and getattr(function, "__func__", function) in _DEFAULT_TORCH_FUNCTIONS
+            and cls.__torch_dispatch__ is torch._C._disabled_torch_dispatch_impl
+        )
+    return plain
 
 
 def _strides_match(t: torch.Tensor, buf: Buffer) -> bool:
@@ -227,7 +259,10 @@ class Op:
         if not (x.is_cuda or x.is_cpu):
             raise ValueError(f"{self.inputs[0]} must be a CUDA or CPU tensor, got device {x.device}")
         inputs = args[:n_in]
-        plain = type(x) is torch.Tensor if n_in == 1 else all(type(t) is torch.Tensor for t in inputs)
+        if n_in == 1:
+            plain = type(x) is torch.Tensor or _plain(x)
+        else:
+            plain = all(type(t) is torch.Tensor or _plain(t) for t in inputs)
         if plain and not tracing():
             buffers = self._eager_geometry(args)
             if out is None:
@@ -380,10 +415,13 @@ class Op:
 
 def _check_apart(input_names, inputs, mutated, labels, outs, buffers) -> None:
     """What the op writes (its outputs and the inputs it updates in place) shares no byte with
-    anything else it touches, and row-major outputs not with themselves."""
-    for label, t, b in zip(labels, outs, buffers):
-        if b.stride is None and not _rows_apart(t):
-            raise ValueError(f"{label} must not overlap itself, got strides {tuple(t.stride())}")
+    anything else it touches, and row-major outputs and the inputs it updates in place (rows, like
+    the residual) not with themselves."""
+    written = [(input_names[i], inputs[i]) for i in mutated]
+    written += [(label, t) for label, t, b in zip(labels, outs, buffers) if b.stride is None]
+    for name, t in written:
+        if not _rows_apart(t):
+            raise ValueError(f"{name} must not overlap itself, got strides {tuple(t.stride())}")
     named = [(n, t, None, i in mutated) for i, (n, t) in enumerate(zip(input_names, inputs))]
     named += [(label, t, b.numel, True) for label, t, b in zip(labels, outs, buffers)]
     spans = [

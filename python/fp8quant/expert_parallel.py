@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from . import grouped_gemm
+from ._checks import INPUT_DTYPES
 from .gemm import _have_deep_gemm
 from .layouts import align as align_up
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing
@@ -443,10 +444,13 @@ def ep_combine(y: torch.Tensor, handle: EpHandle, topk_weights: torch.Tensor) ->
         y: this rank's experts' outputs in the layout :func:`ep_dispatch` returned (bfloat16,
             float16 or float32 ``[rows, H]`` or ``[E_local, max_m, H]``, contiguous).
         handle: ``ep_dispatch(...).handle``.
-        topk_weights: ``[T, k]`` router weights of this rank's tokens (taken as float32).
+        topk_weights: ``[T, k]`` router weights of this rank's tokens, floating point on y's device
+            (taken as float32).
 
     Returns:
         ``[T, H]`` of y's dtype, in this rank's token order.
+
+    Every argument is checked before the all-to-all.
     """
     if not isinstance(handle, EpHandle):
         raise TypeError("handle must be ep_dispatch(...).handle (an EpHandle)")
@@ -454,9 +458,21 @@ def ep_combine(y: torch.Tensor, handle: EpHandle, topk_weights: torch.Tensor) ->
         want = ", ".join(map(str, (*handle.layout_shape, "H")))
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise ValueError(f"y must be a contiguous tensor [{want}] (the dispatched layout), got {got}")
+    if y.dtype not in INPUT_DTYPES:
+        raise TypeError(f"y must be bfloat16, float16 or float32, got {y.dtype}")
     rows = handle.combine_rows
+    if y.device != rows.device:
+        raise ValueError(
+            f"y is on {y.device}, the dispatch's tensors on {rows.device}: all tensors must be on one device"
+        )
     if not isinstance(topk_weights, torch.Tensor) or topk_weights.shape != rows.shape:
         raise ValueError(f"topk_weights must be a tensor [T, k] = {tuple(rows.shape)}, the shape of the dispatched ids")
+    if not topk_weights.is_floating_point():
+        raise TypeError(f"topk_weights must be a floating-point tensor (taken as float32), got {topk_weights.dtype}")
+    if topk_weights.device != y.device:
+        raise ValueError(
+            f"topk_weights is on {topk_weights.device}, y on {y.device}: all tensors must be on one device"
+        )
     send = y.reshape(-1, y.shape[-1]).index_select(0, handle.return_rows)
     back = _all_to_all(send, handle.combine_recv_rows, handle.return_splits, handle.combine_splits, handle.group)
     return moe_combine(back, rows, topk_weights.float().contiguous())

@@ -46,7 +46,7 @@ from ._checks import FP8_DTYPE, INPUT_DTYPES
 from ._ops import tracing
 from .layouts import align, empty_scale, scale_spec
 from .quant import per_token_group_quant
-from .recipes import ActivationFormat, Recipe, WeightFormat, recipe
+from .recipes import BACKENDS, ActivationFormat, Recipe, WeightFormat, recipe
 from .weights import per_block_quant
 
 __all__ = [
@@ -184,6 +184,12 @@ def select_backend(n: int, k: int, device: torch.device | str | None = None, *, 
     return _auto(n, k, torch.device(device), arch)
 
 
+def _check_backend_type(backend) -> None:
+    """``backend`` is a name (str) or a Recipe."""
+    if not isinstance(backend, (str, Recipe)):
+        raise TypeError(f"backend must be a backend name, 'auto' or a Recipe, got {type(backend).__name__}")
+
+
 def _resolve(backend, arch: int | None, device: torch.device, n: int | None, k: int | None) -> Recipe:
     """The recipe for ``backend`` (a name, ``"auto"`` or a Recipe): ``arch`` defaults to the
     device's (9 for a CPU device)."""
@@ -192,8 +198,7 @@ def _resolve(backend, arch: int | None, device: torch.device, n: int | None, k: 
         if arch is not None and backend.backend != "reference" and arch != backend.arch:
             raise ValueError(f"arch={arch} contradicts backend={backend.name!r}")
         return backend
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a backend name, 'auto' or a Recipe, got {type(backend).__name__}")
+    _check_backend_type(backend)
     if backend == "auto":
         return _auto(n, k, device, arch)
     if arch is None:
@@ -346,7 +351,11 @@ def _check_strides(t: torch.Tensor, shape: tuple, stride: tuple, what: str, fmt)
 
 
 def _check_weight(w: QuantizedWeight, backend) -> None:
-    """A QuantizedWeight whose parts agree with its recipe, and with ``backend`` if one is named."""
+    """A QuantizedWeight whose parts agree with its recipe, and with ``backend`` if one is named
+    (``backend`` itself checked first: ``"auto"``, a name of BACKENDS or a Recipe)."""
+    _check_backend_type(backend)
+    if isinstance(backend, str) and backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: backend must be 'auto', one of {BACKENDS} or a Recipe")
     r, fmt = w.recipe, w.format
     if not isinstance(r, Recipe) or not isinstance(fmt, WeightFormat):
         raise TypeError("weight.recipe must be a Recipe and weight.format a WeightFormat (use prepare_weight)")

@@ -78,9 +78,19 @@ def scale_spec(scale_layout: str, m: int, num_groups: int, batch: tuple[int, ...
     """The scale tensor's geometry for ``m`` rows of ``num_groups`` groups each.
 
     ``batch`` holds the leading dimensions of the input (``()`` for 2-D input, ``(B,)`` for
-    ``[B, M, K]``); each batch owns one contiguous ``rows * cols`` block.
+    ``[B, M, K]``); each batch owns one contiguous ``rows * cols`` block. Sizes are ints >= 0
+    (the C API's ``fp8quant_scale_shape`` rule)::
+
+        spec = scale_spec("mn_tma", 5, 3)      # shape (5, 3), stride (1, 8), numel 24
     """
+    from ._checks import check_int  # noqa: PLC0415 - _checks imports this module
+
     check_scale_layout(scale_layout)
+    if not isinstance(batch, (tuple, list)):
+        raise TypeError(f"batch must be a tuple of ints (the leading dimensions), got {type(batch).__name__}")
+    for name, size in (("m", m), ("num_groups", num_groups), *((f"batch[{i}]", b) for i, b in enumerate(batch))):
+        if not isinstance(size, torch.SymInt):  # a traced tensor's size: never negative
+            check_int(size, name, 0)
     if scale_layout == "row":
         rows, cols, inner = m, num_groups, (num_groups, 1)
     elif scale_layout == "mn":

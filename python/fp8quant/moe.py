@@ -14,6 +14,7 @@ from ._checks import (
     INPUT_DTYPES,
     check_eps,
     check_int,
+    check_masked_max_m,
     check_moe_group_size,
     check_routing_tokens,
     resolve_ue8m0,
@@ -281,8 +282,8 @@ def _check_dispatch(x, routing, layout: str, max_m, align: int, group: int, grou
         raise ValueError(f"layout='masked' needs max_m, an int >= 1, got {max_m!r}")
     if layout == "masked" and routing.masked_row is None:
         raise ValueError("layout='masked' needs a routing made with max_m (routing.masked_row is None)")
-    if layout == "masked" and routing.max_m is not None and max_m != routing.max_m:
-        raise ValueError(f"max_m={max_m} differs from the routing's max_m={routing.max_m} (masked_row encodes it)")
+    if layout == "masked":
+        check_masked_max_m(routing, max_m)
     check_int(align, "align")
     check_routing_tokens(x, routing)
     slot_rows = routing.masked_row if layout == "masked" else routing.inv_perm

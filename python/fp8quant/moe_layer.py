@@ -39,7 +39,7 @@ from typing import NamedTuple
 import torch
 
 from . import grouped_gemm, reference
-from ._checks import FP8_DTYPE, check_int
+from ._checks import FP8_DTYPE, check_int, check_scale_tensor
 from .gemm import _have_deep_gemm, _import_deep_gemm
 from .moe import moe_bounds, moe_combine, moe_dispatch_quant, moe_routing, silu_mul_quant
 from .routing import MoeRouting
@@ -258,7 +258,7 @@ def expert_ffn(
         raise ValueError(f"layout must be one of {_FFN_LAYOUTS}, got {layout!r}")
     if backend not in _FFN_BACKENDS:
         raise ValueError(f"backend must be one of {_FFN_BACKENDS}, got {backend!r}")
-    check_expert_weights(w13, w2)
+    _check_ffn_args(q, scale, routing, w13, w2, layout)
     masked = layout == "masked"
     rows = tuple(q.shape[:-1])
     index = routing.counts if masked else routing.m_indices
@@ -277,21 +277,48 @@ _FFN_LAYOUTS = ("contiguous", "masked")
 _FFN_BACKENDS = ("deep_gemm", "triton", "reference")
 
 
-def check_expert_weights(w13, w2, x: torch.Tensor | None = None) -> None:
+def check_expert_weights(w13, w2, x: torch.Tensor | None = None, x_name: str = "x") -> None:
     """``w13`` and ``w2`` are :func:`prepare_experts` results that fit each other (``[E, 2I, H]``
-    and ``[E, H, I]``, I a multiple of 128) and, given ``x [T, H]``, its H and device."""
+    and ``[E, H, I]``, I a multiple of 128) and, given ``x [..., H]`` (the argument ``x_name``),
+    its H and device."""
     for name, w in (("w13", w13), ("w2", w2)):
         if not isinstance(w, ExpertWeights):
-            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts)")
+            raise TypeError(f"{name} must be an ExpertWeights (fp8quant.prepare_experts), got {type(w).__name__}")
         if x is not None and w.q.device != x.device:
-            raise ValueError(f"{name} is on {w.q.device}, x on {x.device}")
+            raise ValueError(f"{name} is on {w.q.device}, {x_name} on {x.device}")
     e, two_i, h = w13.shape
-    if x is not None and h != x.shape[1]:
-        raise ValueError(f"w13 is [E, 2I, H] = {w13.shape}, but x has H = {x.shape[1]}")
+    if x is not None and h != x.shape[-1]:
+        raise ValueError(f"w13 is [E, 2I, H] = {w13.shape}, but {x_name} has H = {x.shape[-1]}")
     if two_i % 256:
         raise ValueError(f"w13's 2I = {two_i} must be a multiple of 256 (I a multiple of the 128-wide groups)")
     if w2.shape != (e, h, two_i // 2):
         raise ValueError(f"w2 must be [E, H, I] = {(e, h, two_i // 2)} for w13 {w13.shape}, got {w2.shape}")
+
+
+def _check_ffn_args(q, scale, routing, w13, w2, layout: str) -> None:
+    """:func:`expert_ffn`'s operands, each named where it is wrong: the dispatched rows ``q`` and
+    their mn_tma ``scale`` in ``layout``, the routing that placed them, and weights that fit them."""
+    dims = "[rows, H]" if layout == "contiguous" else "[E, max_m, H]"
+    if not isinstance(q, torch.Tensor) or q.dtype != FP8_DTYPE or q.dim() != (2 if layout == "contiguous" else 3):
+        got = f"{q.dtype} of shape {tuple(q.shape)}" if isinstance(q, torch.Tensor) else type(q).__name__
+        raise TypeError(f"q must be a float8_e4m3fn tensor {dims} for layout={layout!r}, got {got}")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
+        raise TypeError(f"scale must be a float32 tensor (q's mn_tma scales), got {got}")
+    if not isinstance(routing, MoeRouting):
+        raise TypeError(f"routing must be fp8quant.moe_routing's result (a MoeRouting), got {type(routing).__name__}")
+    check_expert_weights(w13, w2, q, "q")
+    e, _, h = w13.shape
+    want = (*q.shape[:-1], h // 128)
+    if tuple(scale.shape) != want:
+        raise ValueError(f"scale must have shape {want} (q's rows, H / 128 groups), got {tuple(scale.shape)}")
+    check_scale_tensor(scale, "mn_tma", torch.float32)
+    if routing.counts.numel() != e:
+        raise ValueError(f"routing has {routing.counts.numel()} experts, w13 {e}")
+    if layout == "contiguous" and routing.m_indices.shape[0] != q.shape[0]:
+        raise ValueError(f"routing has {routing.m_indices.shape[0]} contiguous rows, q {q.shape[0]}")
+    if layout == "masked" and q.shape[0] != e:
+        raise ValueError(f"q [E, max_m, H] has {q.shape[0]} experts, w13 {e}")
 
 
 def _check_layer_args(x, topk_ids, topk_weights, w13, w2, expert_offset) -> None:
@@ -392,6 +419,8 @@ class MoELayer(torch.nn.Module):
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        check_expert_weights(w13, w2)
+        check_int(expert_offset, "expert_offset", 0)
         self.register_buffer("w13_q", w13.q)
         self.register_buffer("w13_scale", w13.scale)
         self.register_buffer("w2_q", w2.q)

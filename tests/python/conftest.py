@@ -1,13 +1,14 @@
 """Shared pytest setup: tests marked ``@pytest.mark.gpu`` (marker declared in pyproject.toml)
 are skipped unless a CUDA device of compute capability 9.0 or 10.x (the chips the sm_90a and
-sm_100f builds run on) is present; ``gen``, a CUDA generator seeded from the test's id. With
-``FP8QUANT_REQUIRE_DEEP_GEMM=1`` (scripts/gpu_check.sh sets it when it installs DeepGEMM) the
-session stops at once unless ``import deep_gemm`` succeeds, so that the DeepGEMM tests run
-rather than skip."""
+sm_100f builds run on) is present; ``gen``, a CUDA generator seeded from the test's id.
+``FP8QUANT_REQUIRE=triton,transformers,...`` (scripts/gpu_check.sh sets it) stops the session at
+once unless each named module imports, so that the tests that need it run rather than skip;
+``FP8QUANT_REQUIRE_DEEP_GEMM=1`` adds ``deep_gemm`` (set when gpu_check.sh installs DeepGEMM)."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import zlib
 
@@ -30,12 +31,20 @@ def gpu_skip_reason() -> str | None:
     return None
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def required_modules() -> list[str]:
+    """The modules FP8QUANT_REQUIRE (comma-separated) and FP8QUANT_REQUIRE_DEEP_GEMM=1 name."""
+    names = [n.strip() for n in os.environ.get("FP8QUANT_REQUIRE", "").split(",") if n.strip()]
     if os.environ.get("FP8QUANT_REQUIRE_DEEP_GEMM") == "1":
+        names.append("deep_gemm")
+    return list(dict.fromkeys(names))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in required_modules():
         try:
-            import deep_gemm  # noqa: F401, PLC0415
+            importlib.import_module(name)
         except Exception as e:  # any failure of the import: the run would skip what it must test
-            raise pytest.UsageError(f"FP8QUANT_REQUIRE_DEEP_GEMM=1 but import deep_gemm failed: {e!r}") from e
+            raise pytest.UsageError(f"{name} is required (FP8QUANT_REQUIRE) but import {name} failed: {e!r}") from e
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -262,17 +262,45 @@ def check_op(call: Call, refs, buffers, *, x=None, locate=None, out_kwargs=None,
 
 
 def check_side_stream(call: Call, refs, buffers, *, x=None, written=None) -> None:
-    """out= and allocating calls enqueued on a non-default stream give the reference bytes."""
-    poisoned = PoisonedOutputs.new(buffers, refs[0].device)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call(out=poisoned.outs)
-        got = call()
-    side.synchronize()
-    compare_outputs(poisoned.outs, refs, buffers, "out= on a side stream", x=x, written=written, poisoned=True)
-    compare_outputs(got, refs, buffers, "allocated on a side stream", x=x, written=written)
-    poisoned.assert_nothing_written_outside()
+    """out= and allocating calls enqueued on a non-default stream give the reference bytes, and
+    are enqueued there: while they run and their outputs are compared (on the side stream), a
+    StreamGate holds the default stream, so a kernel launched on the default stream instead
+    would still be waiting and its out= buffers would hold the poison. A first round without
+    the gate (synchronized before comparing) loads the op's kernels and fills the side stream's
+    allocator cache: lazy module loading and device memory allocation may wait for running
+    kernels. A call that waits for the default stream makes the gate time out, and fails."""
+    if _TRITON_MISSING:
+        pytest.skip(_TRITON_MISSING)
+    device = refs[0].device
+    poisoned = PoisonedOutputs.new(buffers, device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    gate = StreamGate()
+
+    def run(gated: bool) -> None:
+        poisoned.repoison()
+        torch.cuda.synchronize(device)
+        if gated:
+            gate.close(torch.cuda.default_stream(device))
+        try:
+            with torch.cuda.stream(side):
+                call(out=poisoned.outs)
+                got = call()
+                if not gated:
+                    torch.cuda.synchronize(device)
+                label = "gated " if gated else ""
+                compare_outputs(poisoned.outs, refs, buffers, f"{label}out= on a side stream", x=x, written=written,
+                                poisoned=True)  # fmt: skip
+                compare_outputs(got, refs, buffers, f"{label}allocated on a side stream", x=x, written=written)
+                poisoned.assert_nothing_written_outside()
+                del got
+        finally:
+            gate.open()
+        torch.cuda.synchronize(device)
+        assert not gate.timed_out(), "the calls on the side stream waited for the default stream"
+
+    run(gated=False)
+    run(gated=True)
 
 
 def check_graph(
@@ -417,6 +445,51 @@ if triton is not None and hasattr(tl.extra.cuda, "gdc_launch_dependents"):
     _PRODUCER_MISSING = None
 else:
     _PRODUCER_MISSING = "the PDL producer needs Triton with tl.extra.cuda.gdc_launch_dependents (Triton >= 3.3)"
+
+
+# --------------------------------------------------------------------------------------------
+# A gate: a kernel that holds a stream until the host opens it
+# --------------------------------------------------------------------------------------------
+
+GATE_TIMEOUT_NS = 20_000_000_000  # never opened (the host waited for the gated stream): give up, and say so
+
+if triton is not None:
+
+    @triton.jit
+    def _gate(flag, timeout_ns):
+        """Spin until the host sets flag[0] (pinned host memory); flag[1] = 1 if it never did
+        within timeout_ns."""
+        start = tl.extra.cuda.globaltimer()
+        now = start
+        go = tl.load(flag, volatile=True)
+        while (go == 0) & (now - start < timeout_ns):
+            go = tl.load(flag, volatile=True)
+            now = tl.extra.cuda.globaltimer()
+        if go == 0:
+            tl.store(flag + 1, 1)
+
+    _TRITON_MISSING = None
+else:
+    _TRITON_MISSING = "the stream gate is a Triton kernel (torch's CUDA wheels bring Triton)"
+
+
+class StreamGate:
+    """``close(stream)`` enqueues a one-program kernel on ``stream`` that spins until ``open()``
+    (a flag in pinned host memory): work enqueued behind it on that stream waits meanwhile."""
+
+    def __init__(self) -> None:
+        self.flag = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+
+    def close(self, stream: torch.cuda.Stream) -> None:
+        self.flag.zero_()
+        with torch.cuda.stream(stream):
+            _gate[(1,)](self.flag, GATE_TIMEOUT_NS)
+
+    def open(self) -> None:
+        self.flag[0] = 1
+
+    def timed_out(self) -> bool:
+        return bool(self.flag[1])
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from ep_harness import SCENARIOS, WORLD4_SCENARIOS, run_world
 
 import fp8quant
-from fp8quant.expert_parallel import WireFormat, ep_dispatch
+from fp8quant.expert_parallel import EpHandle, WireFormat, ep_combine, ep_dispatch
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,42 @@ def test_group_not_initialized():
     x, ids = torch.zeros(2, 128, dtype=torch.bfloat16), torch.zeros(2, 1, dtype=torch.int32)
     with pytest.raises(RuntimeError, match="group: torch.distributed is not initialized"):
         ep_dispatch(x, ids, 8)
+
+
+def _one_rank_handle() -> EpHandle:
+    """A one-rank combine by hand: 4 layout rows sent back in order, tokens t0 (rows 0, 1) and t1
+    (rows 2, 3)."""
+    return EpHandle(group=None, layout_shape=(4,), combine_rows=torch.tensor([[0, 1], [2, 3]], dtype=torch.int32),
+                    return_rows=torch.arange(4), return_splits=None, combine_splits=None, combine_recv_rows=4,
+                    dispatch_bytes=0, combine_peer_rows=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"y": torch.ones(4, 128, dtype=torch.int32)}, TypeError, r"^y must be bfloat16, float16 or float32, got torch.int32$"),
+        ({"y": torch.ones(4, 128, dtype=torch.bfloat16, device="meta")}, ValueError,
+         r"^y is on meta, the dispatch's tensors on cpu: all tensors must be on one device$"),
+        ({"topk_weights": torch.ones(2, 2, dtype=torch.int64)}, TypeError,
+         r"^topk_weights must be a floating-point tensor \(taken as float32\), got torch.int64$"),
+        ({"topk_weights": torch.ones(2, 2, device="meta")}, ValueError,
+         r"^topk_weights is on meta, y on cpu: all tensors must be on one device$"),
+        ({"topk_weights": torch.ones(2, 3)}, ValueError, r"^topk_weights must be a tensor \[T, k\] = \(2, 2\)"),
+    ],
+)  # fmt: skip
+def test_combine_checks_before_communicating(monkeypatch, change, error, match):
+    """ep_combine checks its arguments before the all-to-all (module docstring): a rank that raised
+    after it would leave its peers waiting. y's dtype and topk_weights' dtype and device were
+    checked only by moe_combine, after the exchange."""
+    calls = []
+    monkeypatch.setattr(
+        torch.distributed, "all_to_all_single", lambda out, inp, *a, **k: calls.append(1) or out.copy_(inp)
+    )
+    args = {"y": torch.randn(4, 128).to(torch.bfloat16), "topk_weights": torch.rand(2, 2)}
+    out = ep_combine(args["y"], _one_rank_handle(), args["topk_weights"])  # the spy stands for one rank's exchange
+    assert calls == [1]
+    assert torch.equal(out, fp8quant.moe_combine(args["y"], _one_rank_handle().combine_rows, args["topk_weights"]))
+    args.update(change)
+    with pytest.raises(error, match=match):
+        ep_combine(args["y"], _one_rank_handle(), args["topk_weights"])
+    assert calls == [1]  # nothing more sent

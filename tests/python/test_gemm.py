@@ -492,6 +492,21 @@ def test_weight_of_another_backend_is_refused():
     assert fp8quant.linear(x, w, recipe("scaled_mm", 9)).shape == (4, N)
 
 
+def test_backend_is_checked_before_the_weight():
+    """With a prepared weight, backend is checked first: a non-name (3) was accepted silently and an
+    unknown name met FormatMismatchError (as if it were another backend's) instead of its own error."""
+    x = randn(4, K, seed=7)
+    w = fp8quant.prepare_weight(randn(N, K), "scaled_mm", arch=9)
+    with pytest.raises(TypeError, match=r"^backend must be a backend name, 'auto' or a Recipe, got int$"):
+        fp8quant.linear(x, w, 3)
+    with pytest.raises(ValueError, match=r"^unknown backend 'bogus': backend must be 'auto', one of \('deep_gemm', "
+                                         r"'cutlass', 'scaled_mm', 'triton', 'reference'\) or a Recipe$"):  # fmt: skip
+        fp8quant.linear(x, w, "bogus")
+    with pytest.raises(TypeError, match=r"^backend must be a backend name, 'auto' or a Recipe, got NoneType$"):
+        fp8quant.linear(x, randn(N, K), None)  # the unprepared weight's path says the same
+    assert fp8quant.linear(x, w, "auto").shape == (4, N)
+
+
 def test_formats_only_recipes_are_refused():
     x = randn(4, K)
     for backend in ("cutlass", "triton"):

@@ -134,7 +134,8 @@ def test_torch_compile(dynamic, gen):
         y = fn(x)
         eager = fp8quant.linear(x * 2, wq)
         assert y.shape == (m, n) and y.dtype == torch.bfloat16
-        assert calc_diff(y, eager) < 1e-6 and calc_diff(y, bf16_product(x * 2, w)) < BOUND
+        torch.testing.assert_close(y, eager)  # element by element, within bf16's rounding
+        assert calc_diff(y, bf16_product(x * 2, w)) < BOUND
     torch._dynamo.reset()
 
 
@@ -147,7 +148,8 @@ def test_torch_compile_padded_weight_scales(dynamic, gen):
     fn = torch.compile(lambda x: fp8quant.linear(x, wq), fullgraph=True, dynamic=dynamic)
     for m in (5, 128):
         x = randn((m, 640), gen)
-        assert calc_diff(fn(x), fp8quant.linear(x, wq)) < 1e-6 and calc_diff(fn(x), bf16_product(x, w)) < BOUND
+        torch.testing.assert_close(fn(x), fp8quant.linear(x, wq))  # element by element, within bf16's rounding
+        assert calc_diff(fn(x), bf16_product(x, w)) < BOUND
     torch._dynamo.reset()
 
 
@@ -169,9 +171,11 @@ def test_cuda_graph(m, gen):
     for _ in range(2):
         new = randn((m, k), gen)
         x.copy_(new)
+        y.fill_(float("nan"))  # an element the replay leaves unwritten fails below
         graph.replay()
         torch.cuda.synchronize()
-        assert calc_diff(y, fp8quant.linear(new, wq)) < 1e-6
+        # Element by element, within bf16's rounding (the graph's GEMM may accumulate in another order)
+        torch.testing.assert_close(y, fp8quant.linear(new, wq))
         assert calc_diff(y, bf16_product(new, w)) < BOUND
 
 

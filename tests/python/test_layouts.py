@@ -75,6 +75,28 @@ def test_scale_spec_rejects_unknown_layout():
         empty_scale("ROW", 4, 2)
 
 
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (("row", -1, 4), ValueError, r"^m must be an int >= 0, got -1$"),
+        (("mn_tma", -5, 4), ValueError, r"^m must be an int >= 0, got -5$"),
+        (("mn_tma", 4.5, 4), ValueError, r"^m must be an int >= 0, got 4.5$"),
+        (("mn", True, 4), ValueError, r"^m must be an int >= 0, got True$"),
+        (("packed_ue8m0", 4, -2), ValueError, r"^num_groups must be an int >= 0, got -2$"),
+        (("row", 4, 2.0), ValueError, r"^num_groups must be an int >= 0, got 2.0$"),
+        (("mn_tma", 4, 2, (2, -1)), ValueError, r"^batch\[1\] must be an int >= 0, got -1$"),
+        (("mn_tma", 4, 2, 3), TypeError, r"^batch must be a tuple of ints \(the leading dimensions\), got int$"),
+    ],
+)
+def test_sizes_must_be_ints_at_least_zero(args, error, match):
+    """m, num_groups and the batch sizes are ints >= 0 (as fp8quant_scale_shape has them): a
+    negative m made a negative numel (empty_scale: torch's RuntimeError), a float one float strides."""
+    for fn in (scale_spec, empty_scale):
+        with pytest.raises(error, match=match):
+            fn(*args)
+    assert scale_spec("mn_tma", 0, 0, (0,)).numel == 0  # zero sizes are fine
+
+
 @pytest.mark.parametrize("layout", fp8quant.SCALE_LAYOUTS)
 @pytest.mark.parametrize("batch", ((), (3,)))
 def test_empty_scale(layout, batch):

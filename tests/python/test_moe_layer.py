@@ -120,6 +120,64 @@ def test_argument_errors(change, error, match):
         fp8quant.moe_layer(**args)
 
 
+def _ffn_inputs(layout: str):
+    """expert_ffn's operands for 4 tokens of layer_inputs, dispatched in ``layout``."""
+    x, ids, _, w13, w2 = layer_inputs(4)
+    routing = fp8quant.moe_routing(ids, 8, max_m=4 if layout == "masked" else None)
+    q, scale = fp8quant.moe_dispatch_quant(x, routing, layout=layout, max_m=4 if layout == "masked" else None)
+    return q, scale, routing, fp8quant.prepare_experts(w13), fp8quant.prepare_experts(w2)
+
+
+@pytest.mark.parametrize(
+    "layout, change, error, match",
+    [
+        ("contiguous", {"q": [1]}, TypeError, r"^q must be a float8_e4m3fn tensor \[rows, H\] for layout='contiguous', got list$"),
+        ("contiguous", {"q": "float"}, TypeError, r"^q must be a float8_e4m3fn tensor \[rows, H\] for layout='contiguous', "
+                                                  r"got torch.float32 of shape"),
+        ("masked", {"q": "flat"}, TypeError, r"^q must be a float8_e4m3fn tensor \[E, max_m, H\] for layout='masked', got"),
+        ("contiguous", {"scale": None}, TypeError, r"^scale must be a float32 tensor \(q's mn_tma scales\), got NoneType$"),
+        ("contiguous", {"scale": "row"}, ValueError, r"^scale must have shape \(512, 2\) and strides \(1, 512\) for layout 'mn_tma', got \(512, 2\) and \(2, 1\)$"),
+        ("contiguous", {"scale": "short"}, ValueError, r"^scale must have shape \(512, 2\) \(q's rows, H / 128 groups\), got \(512, 1\)$"),
+        ("contiguous", {"routing": "tuple"}, TypeError, r"^routing must be fp8quant.moe_routing's result \(a MoeRouting\), got tuple$"),
+        ("masked", {"routing": None}, TypeError, r"^routing must be fp8quant.moe_routing's result \(a MoeRouting\), got NoneType$"),
+        ("contiguous", {"w13": "tensor"}, TypeError, r"^w13 must be an ExpertWeights \(fp8quant.prepare_experts\), got Tensor$"),
+        ("masked", {"w2": (1, 2)}, TypeError, r"^w2 must be an ExpertWeights \(fp8quant.prepare_experts\), got tuple$"),
+        ("contiguous", {"q": "narrow"}, ValueError, r"^w13 is \[E, 2I, H\] = \(8, 512, 256\), but q has H = 128$"),
+    ],
+)  # fmt: skip
+def test_expert_ffn_argument_errors(layout, change, error, match):
+    """expert_ffn names its own arguments (a list, a plain tuple as routing raised AttributeError;
+    other mistakes surfaced as the grouped GEMM's a[0] / a[1] (a_s))."""
+    q, scale, routing, w13, w2 = _ffn_inputs(layout)
+    args = {"q": q, "scale": scale, "routing": routing, "w13": w13, "w2": w2}
+    special = {
+        "float": lambda: q.float(),
+        "flat": lambda: q.flatten(0, 1),
+        "row": lambda: scale.contiguous(),
+        "short": lambda: scale[:, :1],
+        "tuple": lambda: tuple(routing),
+        "tensor": lambda: w13.q,
+        "narrow": lambda: q[:, :128],
+    }
+    args.update({k: special[v]() if isinstance(v, str) else v for k, v in change.items()})
+    with pytest.raises(error, match=match):
+        fp8quant.expert_ffn(args.pop("q"), args.pop("scale"), args.pop("routing"), **args, layout=layout)
+
+
+def test_module_checks_its_weights():
+    """MoELayer checks the weights and expert_offset when built, not at the first forward (a tensor
+    for w13 raised AttributeError on w13.q)."""
+    _, _, _, w13, w2 = _ffn_inputs("contiguous")
+    with pytest.raises(TypeError, match=r"^w13 must be an ExpertWeights \(fp8quant.prepare_experts\), got Tensor$"):
+        fp8quant.MoELayer(torch.randn(2), w2)
+    with pytest.raises(ValueError, match=r"^w2 must be \[E, H, I\] = \(8, 256, 256\) for w13"):
+        fp8quant.MoELayer(w13, w13)
+    for offset in (-1, 1.5, None):
+        with pytest.raises(ValueError, match=rf"^expert_offset must be an int >= 0, got {offset!r}$"):
+            fp8quant.MoELayer(w13, w2, expert_offset=offset)
+    assert fp8quant.MoELayer(w13, w2, expert_offset=8).expert_offset == 8
+
+
 def test_segment_align_follows_the_gemm_tiles():
     """The Triton GEMM's contiguous segments are padded to its tile height, so no tile is all
     padding; DeepGEMM's and every masked layout keep 128."""

@@ -89,6 +89,41 @@ def test_silu_and_mul_rounds_like_torch():
     assert y.dtype == torch.bfloat16 and y.shape == (1, 2)
 
 
+def test_silu_and_mul_hand_values():
+    """x = [[1, -3.5, 2, 0.5]]: gate [1, -3.5], up [2, 0.5].
+
+    silu(1) = 1 / (1 + e^-1) = 0.7310585786...; silu(-3.5) = -3.5 / (1 + e^3.5) = -0.1025928076...
+
+    bfloat16: silu rounded to the dtype: 0.73105858 * 2^8 = 187.15 -> 187 * 2^-8 = 0.73046875;
+    0.10259281 * 2^11 = 210.11 -> -210 * 2^-11 = -0.1025390625 (both far from a tie: float32's
+    error cannot move them). The products by 2 and 0.5 are exact: 1.4609375, -0.05126953125.
+
+    float32: RN32(silu(1)) = 12265128 * 2^-24 (0.7310585786 * 2^24 = 12265127.68) and
+    RN32(silu(-3.5)) = -13769774 * 2^-27 (13769773.55); times 2 and 0.5 exactly. torch's float32
+    exp is not correctly rounded on every build and the second value is 0.05 ulp from a tie, so
+    float32 is held to one ulp."""
+    x = torch.tensor([[1.0, -3.5, 2.0, 0.5]])
+    y = R.silu_and_mul(x.to(torch.bfloat16))
+    assert y.dtype == torch.bfloat16 and y.float().tolist() == [[1.4609375, -0.05126953125]]
+    y = R.silu_and_mul(x)
+    want = torch.tensor([[12265128 * 2.0**-23, -13769774 * 2.0**-28]])
+    assert y.dtype == torch.float32 and ((y - want).abs() <= torch.tensor([[2.0**-23, 2.0**-28]])).all()
+
+
+def test_dispatch_refuses_another_max_m():
+    """masked_row encodes a slot's row as e * routing.max_m + rank: dispatching into another max_m
+    misplaced rows silently (docs/contract.md: dispatch refuses another); the public op refused."""
+    x = torch.randn(3, 128, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    r = R.moe_routing(TOPK, 4, max_m=5)
+    message = r"^max_m=8 differs from the routing's max_m=5 \(masked_row encodes it\)$"
+    with pytest.raises(ValueError, match=message):
+        R.moe_dispatch_quant(x, r, layout="masked", max_m=8)
+    with pytest.raises(ValueError, match=message):
+        R.moe_dispatch_nvfp4(x, r, torch.tensor(1.0), layout="masked", max_m=8)
+    assert R.moe_dispatch_quant(x, r, layout="masked", max_m=5)[0].shape == (4, 5, 128)
+    assert R.moe_dispatch_nvfp4(x, r, torch.tensor(1.0), layout="masked", max_m=5)[0].shape == (4, 5, 64)
+
+
 @pytest.mark.parametrize("scale_layout", ["row", "mn_tma", "packed_ue8m0"])
 def test_silu_mul_quant_plain_contiguous_masked(scale_layout):
     g = torch.Generator().manual_seed(2)

@@ -37,7 +37,8 @@ def test_default_is_swizzled_rceil_and_out_is_used():
     got = fp8quant.mxfp8_quant(x, out=out)
     assert got[0] is out[0] and got[1] is out[1]
     assert torch.equal(out[1].view(torch.uint8), s.view(torch.uint8))
-    with pytest.raises(ValueError, match="out"):
+    message = r"^out\[1\] \(scale\) must have shape \(256, 4\) \(the whole scale buffer, contiguous\), got \(130, 2\)$"
+    with pytest.raises(ValueError, match=message):
         fp8quant.mxfp8_quant(x, out=(torch.empty_like(q), torch.empty((130, 2), dtype=torch.float8_e8m0fnu)))
 
 
@@ -132,6 +133,88 @@ def test_nvfp4_per_expert_global_scale():
 def test_nvfp4_refusals(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         fp8quant.nvfp4_quant(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("shape", "scale_shape", "per_batch"),
+    [((0, 32), (0, 4), None), ((0, 5, 32), (0, 128, 4), (0,)), ((3, 0, 32), (3, 0, 4), (3,))],
+)
+def test_nvfp4_empty_input(shape, scale_shape, per_batch):
+    """Empty x gives empty outputs (docs/contract.md, "Empty input"; the swizzled scales of 0 rows
+    of 2 groups are 0 x 4 bytes, of 5 rows 128 x 4) and the encode scale of amax 0, which is 1 (as
+    for an all-zero tensor), per batch too."""
+    x = torch.randn(shape)
+    q, s, g = fp8quant.nvfp4_quant(x)
+    assert q.shape == (*shape[:-1], 16) and q.dtype == torch.uint8 and s.shape == scale_shape
+    assert g.shape == () and g.item() == 1.0 == fp8quant.nvfp4_global_scale(torch.zeros(4, 32)).item()
+    assert fp8quant.nvfp4_global_scale(x).item() == 1.0
+    assert fp8quant.nvfp4_dequant(q, s, g).shape == shape
+    if per_batch is not None:
+        g = fp8quant.nvfp4_global_scale(x, per_batch=True)
+        assert g.shape == per_batch and (g == 1).all()
+        assert fp8quant.nvfp4_quant(x, g)[0].shape == q.shape
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (([1.0],), {}, TypeError, r"^x must be a torch.Tensor, got list$"),
+        ((torch.ones(4, 32),), {"per_batch": True}, ValueError,
+         r"^per_batch=True gives one scale per batch of a 3-D x \[B, M, K\], got shape \(4, 32\)$"),
+        ((torch.ones(2, 4, 32),), {"per_batch": 1}, TypeError, r"^per_batch must be a bool, got int$"),
+    ],
+)  # fmt: skip
+def test_nvfp4_global_scale_refusals(args, kwargs, error, match):
+    """A list is not a tensor; per_batch=True is for a 3-D x (its docstring): on 2-D x it gave one
+    scale per row."""
+    with pytest.raises(error, match=match):
+        fp8quant.nvfp4_global_scale(*args, **kwargs)
+
+
+_MX = fp8quant.mxfp8_quant(x_of((5, 64)))  # q (5, 64), swizzled scales (128, 4)
+_MX_ROW = fp8quant.mxfp8_quant(x_of((5, 64)), scale_layout="row")  # scales (5, 2)
+_FP4 = fp8quant.nvfp4_quant(x_of((3, 5, 64)))  # q (3, 5, 32), swizzled scales (3, 128, 4), global scale []
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: fp8quant.mxfp8_dequant(*_MX_ROW, scale_layout="bogus"), ValueError,
+         r"^scale_layout must be one of \('row', 'swizzled'\), got 'bogus'$"),
+        (lambda: fp8quant.mxfp8_dequant(*_MX, scale_layout="row"), ValueError,
+         r"^scale must have shape \(5, 2\) for q of shape \(5, 64\) and scale_layout='row', got \(128, 4\)$"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0], _MX_ROW[1]), ValueError,
+         r"^scale must have shape \(128, 4\) for q of shape \(5, 64\) and scale_layout='swizzled', got \(5, 2\)$"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0].float(), _MX[1]), TypeError, r"^q must be torch.float8_e4m3fn, got torch.float32$"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0][:, :48], _MX[1]), ValueError,
+         r"^q must be \[\.\.\., M, K\] with K a multiple of 32, got shape \(5, 48\)$"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0][0], _MX[1]), ValueError, r"^q must be \[\.\.\., M, K\]"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0], _MX[1].view(torch.uint8)), TypeError,
+         r"^scale must be torch.float8_e8m0fnu, got torch.uint8$"),
+        (lambda: fp8quant.mxfp8_dequant(_MX[0], [1.0]), TypeError, r"^scale must be a torch.Tensor, got list$"),
+        (lambda: fp8quant.nvfp4_dequant(*_FP4[:2], torch.ones(2)), ValueError,
+         r"^global_scale must have shape \[\] or \[3\] for q of shape \(3, 5, 32\), got \[2\]$"),
+        (lambda: fp8quant.nvfp4_dequant(_FP4[0][0], _FP4[1][0], torch.ones(3)), ValueError,
+         r"^global_scale must have shape \[\] for q of shape \(5, 32\), got \[3\]$"),
+        (lambda: fp8quant.nvfp4_dequant(*_FP4[:2], _FP4[2].double()), TypeError,
+         r"^global_scale must be a float32 tensor, got torch.float64$"),
+        (lambda: fp8quant.nvfp4_dequant(*_FP4[:2], 1.0), TypeError, r"^global_scale must be a float32 tensor, got float$"),
+        (lambda: fp8quant.nvfp4_dequant(*_FP4, scale_layout="mn"), ValueError,
+         r"^scale_layout must be one of \('row', 'swizzled'\), got 'mn'$"),
+        (lambda: fp8quant.nvfp4_dequant(*_FP4, scale_layout="row"), ValueError,
+         r"^scale must have shape \(3, 5, 4\) for q of shape \(3, 5, 32\) and scale_layout='row', got \(3, 128, 4\)$"),
+        (lambda: fp8quant.nvfp4_dequant(_FP4[0].to(torch.int8), *_FP4[1:]), TypeError, r"^q must be torch.uint8, got torch.int8$"),
+        (lambda: fp8quant.nvfp4_dequant(_FP4[0][..., :4], *_FP4[1:]), ValueError,
+         r"^q must be \[\.\.\., M, K / 2\] with K a multiple of 16, got shape \(3, 5, 4\)$"),
+        (lambda: fp8quant.nvfp4_dequant(_FP4[0], _FP4[1].view(torch.uint8), _FP4[2]), TypeError,
+         r"^scale must be torch.float8_e4m3fn, got torch.uint8$"),
+    ],
+)  # fmt: skip
+def test_dequant_refusals_name_the_argument(call, error, match):
+    """The dequantizers check what they are given (an unknown scale_layout acted as "row", scales of
+    another shape failed inside torch with its own message)."""
+    with pytest.raises(error, match=match):
+        call()
 
 
 def test_nvfp4_c_api_refusals():

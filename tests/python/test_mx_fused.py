@@ -88,7 +88,8 @@ def test_rms_norm_block_scaled_outputs_and_out():
         (lambda x, w: fp8quant.rms_norm_mxfp8(x, w, scale_layout="mn"), ValueError, "scale_layout must be one of"),
         (lambda x, w: fp8quant.rms_norm_nvfp4(x, w, torch.ones(2)), ValueError, r"global_scale must be a float32 tensor \[\]"),
         (lambda x, w: fp8quant.rms_norm_nvfp4(x, w, 1.0), ValueError, "global_scale must be"),
-        (lambda x, w: fp8quant.rms_norm_nvfp4(x.float(), w.float(), torch.tensor(1.0)), TypeError, "x"),
+        (lambda x, w: fp8quant.rms_norm_nvfp4(x.float(), w.float(), torch.tensor(1.0)), TypeError,
+         r"^x must be a bfloat16 or float16 tensor \[M, H\]$"),
     ],
 )  # fmt: skip
 def test_rms_norm_block_scaled_refusals(call, error, match):
@@ -145,7 +146,8 @@ def test_silu_mul_block_scaled_moe_rows(fmt):
 
 def test_silu_mul_nvfp4_per_expert_global_scale():
     """The contiguous layout's rows take their expert's encode scale; the masked layout's batches
-    theirs."""
+    theirs. Padding rows are zero, q and scale bytes: m_indices -1, and the rows past each
+    expert's count (all of expert 0's, which has none)."""
     routing, x, masked_m, xm = routed(1)
     g = torch.tensor([40.0, 300.0, 7.0, 1000.0])
     q, s = fp8quant.silu_mul_nvfp4(x, g, scale_layout="row", m_indices=routing.m_indices)
@@ -153,10 +155,61 @@ def test_silu_mul_nvfp4_per_expert_global_scale():
         rows = routing.m_indices == e
         q_e, s_e = fp8quant.silu_mul_nvfp4(x[rows], g[e], scale_layout="row")
         assert same(q[rows], q_e) and same(s[rows], s_e)
+    assert not q[routing.m_indices < 0].any() and not s[routing.m_indices < 0].view(torch.uint8).any()
     qm, sm = fp8quant.silu_mul_nvfp4(xm, g, scale_layout="row", masked_m=masked_m)
+    assert masked_m.tolist() == [0, 9, 3, 12]  # expert 0 has no row, expert 3 every row
     for e, count in enumerate(masked_m.tolist()):
-        q_e, s_e = fp8quant.silu_mul_nvfp4(xm[e, :count], g[e], scale_layout="row")
-        assert same(qm[e, :count], q_e) and same(sm[e, :count], s_e)
+        if count:
+            q_e, s_e = fp8quant.silu_mul_nvfp4(xm[e, :count], g[e], scale_layout="row")
+            assert same(qm[e, :count], q_e) and same(sm[e, :count], s_e)
+        assert not qm[e, count:].any() and not sm[e, count:].view(torch.uint8).any()
+
+
+def test_silu_mul_nvfp4_clamps_the_expert_index():
+    """A row's expert is clamped into the encode scales given, as the kernel's encode_scale
+    clamps it (docs/contract.md, "NVFP4"): an id past them reads the last scale, a negative one
+    (padding) the first, never past the buffer. Expert 3 of two scales: every row takes g[1]."""
+    x = randn(4, 32, dtype=torch.float32)
+    g = torch.tensor([7.0, 300.0])
+    want = fp8quant.silu_mul_nvfp4(x, g[1], scale_layout="row")
+    for fn in (fp8quant.silu_mul_nvfp4, reference.silu_mul_nvfp4):
+        got = fn(x, g, scale_layout="row", m_indices=torch.full((4,), 3, dtype=torch.int32))
+        assert all(same(a, b) for a, b in zip(got, want, strict=True))
+    # the dispatch's rows the same way (a routing whose m_indices disagree with the scales given)
+    slot_rows = torch.tensor([[0], [1]], dtype=torch.int32)
+    got = reference.moe_scatter_nvfp4(x[:2, :16], slot_rows, (2,), g, row_experts=torch.tensor([5, -1]),
+                                      scale_layout="row")  # fmt: skip
+    for row, e in ((0, 1), (1, 0)):
+        q_e, s_e = fp8quant.nvfp4_quant(x[row : row + 1, :16], g[e], scale_layout="row")[:2]
+        assert same(got[0][row : row + 1], q_e) and same(got[1][row : row + 1], s_e)
+
+
+def test_rms_norm_block_scaled_hand_values():
+    """test_norm.py's hand row at H = 32: h = x + residual = [3, 4, 0, ...], mean square 25 / 32,
+    r = sqrt(32) / 5 = 1.1313708; h * r = 3.3941125, 4.5254834, rounded to bf16 (steps 2^-6 and
+    2^-5: 217.22 * 2^-6 -> 3.390625, 144.82 * 2^-5 -> 4.53125), times the weight 2:
+    y = [6.78125, 9.0625, 0, ...].
+
+    MXFP8 (rceil, one group of 32): amax / 448 = 0.0202288, the next power of two 2^-5: byte
+    127 - 5 = 122. y * 2^5 = 217 -> e4m3 224 (1.75 * 2^7, step 16 there: 208 | 224) = 0x76;
+    290 -> 288 (1.125 * 2^8, step 32) = 0x79; the zeros 0x00.
+
+    NVFP4 (encode scale 1, groups of 16): group 0's s = e4m3(9.0625 / 6 = 1.5104) = 1.5 (step
+    0.125); S / s = 0.6666667; 6.78125 * 0.6666667 = 4.52 -> e2m1 4 (code 6), 9.0625 * 0.6666667
+    = 6.04 -> 6 (code 7): byte 0x76 (element 0 low). Group 1 is all zero: scale 0, bytes 0."""
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 1.0, 4.0
+    res = torch.zeros(1, 32, dtype=torch.bfloat16)
+    res[0, 0] = 2.0
+    w = torch.full((32,), 2.0, dtype=torch.bfloat16)
+    assert reference.rms_norm(x, w, 0.0, residual=res)[0][0, :2].tolist() == [6.78125, 9.0625]
+    q_bytes = [0x76, 0x79] + [0] * 30
+    for fn in (fp8quant.rms_norm_mxfp8, reference.rms_norm_mxfp8):
+        q, s, h = fn(x, w, 0.0, residual=res.clone(), recipe="rceil", scale_layout="row")
+        assert s.view(torch.uint8).tolist() == [[122]] and q.view(torch.uint8).tolist() == [q_bytes]
+    for fn in (fp8quant.rms_norm_nvfp4, reference.rms_norm_nvfp4):
+        q, s, h = fn(x, w, torch.tensor(1.0), 0.0, residual=res.clone(), scale_layout="row")
+        assert s.float().tolist() == [[1.5, 0.0]] and q.tolist() == [[0x76] + [0] * 15]
 
 
 def test_silu_mul_block_scaled_swizzled_shapes():

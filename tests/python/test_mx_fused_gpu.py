@@ -6,14 +6,14 @@ encode scales, both layouts). Each kernel must be bit-identical to
 every byte of a written row's scales, the swizzled layout's padding included, must be written;
 the MoE layouts' rows without tokens must be neither read (they hold NaN) nor written outside
 the tiles. Edge shapes (M in 1, 3, 4, 5, 127, 129, 4097, 70000; odd and even group counts),
-every dtype, both recipes and layouts, per-expert encode scales, a non-default stream and
-CUDA-graph capture. Marked ``gpu``; not yet run on a GPU (written in a session without one)."""
+every dtype, both recipes and layouts, per-expert encode scales, a non-default stream,
+CUDA-graph capture with PDL on and off, and behind a PDL producer that writes the inputs late. Marked ``gpu``; not yet run on a GPU (written in a session without one)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from gpu_harness import check_graph, check_op, check_side_stream, compare_outputs
+from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, compare_outputs, pdl_setting
 
 import fp8quant
 from fp8quant import reference as R
@@ -115,9 +115,29 @@ def test_rms_norm_block_scaled_large_m_stream_graph(gen):
         return fp8quant.rms_norm_nvfp4(x, w, g, out=out)
 
     check_side_stream(call, R.rms_norm_nvfp4(x, w, g), buffers, x=x)
-    for variant in ("out", "allocate"):
-        check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)), lambda: R.rms_norm_nvfp4(x, w, g),
-                    buffers, variant=variant)  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            for variant in ("out", "allocate"):
+                check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)),
+                            lambda: R.rms_norm_nvfp4(x, w, g), buffers, variant=variant)  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_rms_norm_block_scaled_pdl_producer(fmt, gen):
+    """Behind a producer that lets the kernel launch at once and writes x, the weight (and the
+    encode scale) late, the kernel reads the final values and writes nothing before it is done
+    (gpu_harness.check_pdl_producer)."""
+    x, w = make_input((1024, 7168), torch.bfloat16, gen), make_input((7168,), torch.bfloat16, gen)
+    stale = [make_input(x.shape, x.dtype, gen), make_input(w.shape, w.dtype, gen)]
+    if fmt == "mxfp8":
+        inputs, refs, buffers = [x, w], R.rms_norm_mxfp8(x, w), _norm_mx.buffers(x, w, 1e-6, "rceil", "swizzled")
+        call = lambda out=None: fp8quant.rms_norm_mxfp8(x, w, out=out)
+    else:
+        g = torch.tensor(448 * 6 / 40.0, device="cuda")
+        stale.append(g * 3)
+        inputs, refs, buffers = [x, w, g], R.rms_norm_nvfp4(x, w, g), _norm_fp4.buffers(x, w, g, 1e-6, "swizzled")
+        call = lambda out=None: fp8quant.rms_norm_nvfp4(x, w, g, out=out)
+    check_pdl_producer(call, inputs, stale, refs, buffers)
 
 
 # --- SiLU-and-mul -> MXFP8 / NVFP4 ---------------------------------------------------------------
@@ -211,8 +231,10 @@ def test_silu_mul_block_scaled_unaligned_stream_graph(gen):
     buffers = SILU_MX.buffers(x, empty, empty, empty, 128, "rceil", "swizzled")
     call = lambda out=None: fp8quant.silu_mul_mxfp8(x, out=out)
     check_side_stream(call, R.silu_mul_mxfp8(x), buffers)
-    check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)), lambda: R.silu_mul_mxfp8(x), buffers,
-                variant="out")  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)), lambda: R.silu_mul_mxfp8(x),
+                        buffers, variant="out")  # fmt: skip
     # Masked, the counts changed between replays (a decode step's routing)
     g = torch.full((4,), 20.0, device="cuda")
     buffers = SILU_FP4.buffers(masked, empty, empty, counts, g, 128, "swizzled")
@@ -222,8 +244,35 @@ def test_silu_mul_block_scaled_unaligned_stream_graph(gen):
         masked.copy_(make_input(masked.shape, masked.dtype, gen))
         counts.copy_(torch.randint(0, 65, (4,), generator=gen, device="cuda", dtype=torch.int32))
 
-    check_graph(call, new_inputs, lambda: R.silu_mul_nvfp4(masked, g, masked_m=counts), buffers, variant="out",
-                written=lambda: silu_written(buffers, "swizzled", masked, None, None, counts, 128))  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(call, new_inputs, lambda: R.silu_mul_nvfp4(masked, g, masked_m=counts), buffers,
+                        variant="out", written=lambda: silu_written(buffers, "swizzled", masked, None, None, counts,
+                                                                    128))  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_silu_mul_block_scaled_masked_pdl_producer(fmt, gen):
+    """The producer writes the masked rows, the counts (another routing before) and the encode
+    scales late: the kernel reads the final ones, and only the rows they name."""
+    masked = make_input((8, 96, 2 * 1024), torch.bfloat16, gen)
+    counts = torch.tensor([96, 0, 17, 40, 1, 0, 64, 95], dtype=torch.int32, device="cuda")
+    stale = [make_input(masked.shape, masked.dtype, gen), counts.flip(0).contiguous()]
+    empty = torch.empty(0, dtype=torch.int32, device="cuda")
+    if fmt == "mxfp8":
+        inputs = [masked, counts]
+        buffers = SILU_MX.buffers(masked, empty, empty, counts, 128, "rceil", "swizzled")
+        refs = R.silu_mul_mxfp8(masked, masked_m=counts)
+        call = lambda out=None: fp8quant.silu_mul_mxfp8(masked, masked_m=counts, out=out)
+    else:
+        g = torch.rand(8, generator=gen, device="cuda") * 100 + 1
+        inputs = [masked, counts, g]
+        stale.append(g.flip(0).contiguous())
+        buffers = SILU_FP4.buffers(masked, empty, empty, counts, g, 128, "swizzled")
+        refs = R.silu_mul_nvfp4(masked, g, masked_m=counts)
+        call = lambda out=None: fp8quant.silu_mul_nvfp4(masked, g, masked_m=counts, out=out)
+    written = silu_written(buffers, "swizzled", masked, None, None, counts.clone(), 128)
+    check_pdl_producer(call, inputs, stale, refs, buffers, written=written)
 
 
 # --- MoE dispatch -> NVFP4 -----------------------------------------------------------------------
@@ -294,8 +343,31 @@ def test_moe_dispatch_nvfp4_unaligned_graph(gen):
     written = dispatch_written(buffers, routing, "contiguous", None, "swizzled")
     call = lambda out=None: fp8quant.moe_dispatch_nvfp4(x, routing, g, out=out)
     check_side_stream(call, R.moe_dispatch_nvfp4(x, routing, g), buffers, written=written)
-    check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)), lambda: R.moe_dispatch_nvfp4(x, routing, g),
-                buffers, variant="out", written=lambda: written)  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(call, lambda: x.copy_(make_input(x.shape, x.dtype, gen)),
+                        lambda: R.moe_dispatch_nvfp4(x, routing, g), buffers, variant="out",
+                        written=lambda: written)  # fmt: skip
+
+
+def test_moe_dispatch_nvfp4_pdl_producer(gen):
+    """The producer writes x, the encode scales and the routing's row maps (another routing
+    before) late: the kernel reads the final ones and writes nothing before it is done."""
+    e, t, k = 8, 256, 4
+    ids = torch.randint(0, e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    other = torch.randint(0, e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    bound = t * k + e * 127
+    routing, stale_routing = (fp8quant.moe_routing(i, e, max_m_sum=bound) for i in (ids, other))
+    x = make_input((t, 1024), torch.bfloat16, gen)
+    g = torch.rand(e, generator=gen, device="cuda") * 100 + 1
+    buffers = DISPATCH_FP4.buffers(x, routing.inv_perm, routing.counts, routing.row_offsets, routing.m_indices, g,
+                                   routing.m_indices.numel(), 0, 128, "swizzled")  # fmt: skip
+    written = dispatch_written(buffers, routing, "contiguous", None, "swizzled")
+    maps = [routing.inv_perm, routing.counts, routing.row_offsets, routing.m_indices]
+    stale_maps = [stale_routing.inv_perm, stale_routing.counts, stale_routing.row_offsets, stale_routing.m_indices]
+    check_pdl_producer(lambda out=None: fp8quant.moe_dispatch_nvfp4(x, routing, g, out=out), [x, g, *maps],
+                       [make_input(x.shape, x.dtype, gen), g.flip(0).contiguous(), *stale_maps],
+                       R.moe_dispatch_nvfp4(x, routing, g), buffers, written=written)  # fmt: skip
 
 
 def test_silu_then_norm_consumers_agree(gen):

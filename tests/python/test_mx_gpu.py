@@ -3,7 +3,8 @@ bit-identical to ``fp8quant.reference`` (docs/contract.md, "MXFP8", "NVFP4") on 
 with out= buffers poisoned and guarded (every byte of the swizzled buffer's padding must be
 written, as 0), over the edge shapes (M in 1, 3, 4, 5, 127, 129, 4097, 70000; odd and even group
 counts), 3-D input, every dtype, both recipes and layouts, unaligned rows, special values, a
-non-default stream and CUDA-graph capture. Marked ``gpu``.
+non-default stream, CUDA-graph capture with PDL on and off, and behind a PDL producer that
+writes the input late. Marked ``gpu``.
 
 NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
 group scales). Not yet run on a GPU (issue 28: written after the session's device time was
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_harness import check_graph, check_op, check_side_stream
+from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting
 
 import fp8quant
 from fp8quant import reference
@@ -98,9 +99,24 @@ def test_side_stream_and_graph():
 
     check_side_stream(call, reference.mxfp8_quant(x), buffers, x=x)
     gen = torch.Generator(device="cuda").manual_seed(6)
-    for variant in ("out", "allocate"):
-        check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
-                    lambda: reference.mxfp8_quant(x), buffers, variant=variant)  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            for variant in ("out", "allocate"):
+                check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
+                            lambda: reference.mxfp8_quant(x), buffers, variant=variant)  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pdl_producer(layout):
+    """Behind a producer that lets the kernel launch at once and writes x late, the kernel reads
+    the final x and writes nothing before the producer is done (gpu_harness.check_pdl_producer)."""
+    x, stale = make_input((1024, 7168), torch.bfloat16, 15), make_input((1024, 7168), torch.bfloat16, 16)
+
+    def call(out=None):
+        return fp8quant.mxfp8_quant(x, scale_layout=layout, out=out)
+
+    check_pdl_producer(call, [x], [stale], reference.mxfp8_quant(x, scale_layout=layout),
+                       MX.buffers(x, "rceil", layout))  # fmt: skip
 
 
 def test_dequant_consumer():
@@ -159,9 +175,25 @@ def test_nvfp4_unaligned_side_stream_and_graph():
 
     check_side_stream(call, reference.nvfp4_quant(x, g)[:2], buffers, x=x)
     gen = torch.Generator(device="cuda").manual_seed(13)
-    for variant in ("out", "allocate"):
-        check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
-                    lambda: reference.nvfp4_quant(x, g)[:2], buffers, variant=variant)  # fmt: skip
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            for variant in ("out", "allocate"):
+                check_graph(call, lambda: x.copy_(torch.randn(x.shape, device="cuda", generator=gen).to(x.dtype)),
+                            lambda: reference.nvfp4_quant(x, g)[:2], buffers, variant=variant)  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_nvfp4_pdl_producer(layout):
+    """The producer writes x and the encode scale late: the kernel reads both after its wait."""
+    x, stale = make_input((1024, 7168), torch.bfloat16, 17), make_input((1024, 7168), torch.bfloat16, 18)
+    g = fp8quant.nvfp4_global_scale(x)
+    stale_g = fp8quant.nvfp4_global_scale(stale) * 0.5
+
+    def call(out=None):
+        return fp8quant.nvfp4_quant(x, g, scale_layout=layout, out=out)[:2]
+
+    check_pdl_producer(call, [x, g], [stale, stale_g], reference.nvfp4_quant(x, g, scale_layout=layout)[:2],
+                       FP4.buffers(x, g, layout))  # fmt: skip
 
 
 def test_nvfp4_dequant_consumer():

@@ -228,11 +228,37 @@ def test_residual_must_not_overlap_what_the_op_reads():
     """On the CPU as the C API does on the GPU: the residual, written in place, shares no byte
     with x or the weight, with or without out=; read-only inputs may share memory."""
     x = torch.randn(4, 128).to(torch.bfloat16)
-    w = torch.ones(128, dtype=torch.bfloat16)
-    for res, message in ((x, "residual overlaps x"), (w.expand(4, 128), "weight overlaps residual")):
+    stream = torch.ones(4 * 128, dtype=torch.bfloat16)
+    res, w = stream.view(4, 128), stream[:128]  # the weight is the residual's first row
+    for residual, weight, message in ((x, w.clone(), "residual overlaps x"), (res, w, "weight overlaps residual")):
         for out in (None, torch.empty(4, 128, dtype=torch.bfloat16)):
             with pytest.raises(ValueError, match=rf"^{message}: what the op writes"):
-                fp8quant.rms_norm(x, w, residual=res, out=out)
+                fp8quant.rms_norm(x, weight, residual=residual, out=out)
     shared = torch.randn(2, 128).to(torch.bfloat16)
     y = fp8quant.rms_norm(shared, shared[0])  # x and weight share memory, neither is written
     assert torch.equal(y, R.rms_norm(shared, shared[0].clone()))
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "rms_norm_quant", "rms_norm_mxfp8", "rms_norm_nvfp4"])
+@pytest.mark.parametrize("with_out", [False, True])
+def test_residual_rows_must_not_overlap(op, with_out):
+    """A residual whose rows share elements (row stride 128 < H = 256, or 0) is refused on the CPU
+    as the C API refuses it on the GPU ("rows of residual must not overlap"): the op writes each
+    row in place, so overlapping rows would read what another row wrote. It is left untouched."""
+    x, w = torch.randn(8, 256).to(torch.bfloat16), torch.randn(256).to(torch.bfloat16)
+    fn = getattr(fp8quant, op)
+    args = (x, w, torch.tensor(1.0)) if op == "rms_norm_nvfp4" else (x, w)
+    good = fn(*args, residual=torch.zeros_like(x))  # (y, residual) or (q, scale, residual)
+    out = None
+    if with_out:
+        out = torch.empty_like(good[0]) if op == "rms_norm" else (torch.empty_like(good[0]), torch.empty_like(good[1]))
+    overlapping = (
+        torch.randn(2000).to(torch.bfloat16).as_strided((8, 256), (128, 1)),
+        torch.randn(256).to(torch.bfloat16).expand(8, 256),
+    )
+    for residual in overlapping:
+        before = residual.clone()
+        message = rf"^residual must not overlap itself, got strides \({residual.stride(0)}, 1\)$"
+        with pytest.raises(ValueError, match=message):
+            fn(*args, residual=residual, out=out)
+        assert torch.equal(residual, before)

@@ -108,6 +108,46 @@ def test_rms_norm(m, dtype, gen):
             check_op(call, (ref,) if res is None else (ref[0],), buffers, x=x)
 
 
+@pytest.mark.parametrize("m", [3, 129])
+def test_strided_rows(m, gen):
+    """x and the residual as row slices of wider tensors (row strides and starts 16-byte aligned,
+    not the row's length), q with padded rows: the same bytes, and the residual's tensor is
+    written only inside its rows."""
+    h, fill = 1024, 7.0
+    w = (1 + 0.5 * torch.randn(h, generator=gen, device="cuda")).to(torch.bfloat16)
+    x = (torch.randn(m, h + 64, generator=gen, device="cuda") * 3).to(torch.bfloat16)[:, 32 : 32 + h]
+    res0 = (torch.randn(m, h, generator=gen, device="cuda") * 2).to(torch.bfloat16)
+    wide = torch.full((m, h + 128), fill, dtype=torch.bfloat16, device="cuda")
+    res = wide[:, 64 : 64 + h]
+    outside = torch.ones_like(wide, dtype=torch.bool)
+    outside[:, 64 : 64 + h] = False
+
+    def with_residual(op, *args, **kwargs):
+        res.copy_(res0)
+        got = op(x, w, EPS, *args, residual=res, **kwargs)
+        assert bool((wide[outside] == fill).all()), "the residual's tensor was written outside its rows"
+        return got
+
+    for layout, ue8m0 in (("row", False), ("mn_tma", False), ("packed_ue8m0", True)):
+        ref = R.rms_norm_quant(x, w, EPS, residual=res0, scale_layout=layout, ue8m0=ue8m0)
+
+        def call(out=None, layout=layout, ue8m0=ue8m0, ref=ref):
+            got = with_residual(fp8quant.rms_norm_quant, scale_layout=layout, ue8m0=ue8m0, out=out)
+            assert_bitwise_equal(res, ref[2], "strided residual after the call")
+            return got[:2]
+
+        buffers = _add_norm_quant.buffers(x, res, w, EPS, 128, layout, ue8m0, 1e-10)
+        check_op(call, ref[:2], buffers, x=x, out_kwargs={"row_pad": 32})
+    ref = R.rms_norm(x, w, EPS, residual=res0)
+
+    def call_norm(out=None):
+        got = with_residual(fp8quant.rms_norm, out=None if out is None else out[0])
+        assert_bitwise_equal(res, ref[1], "strided residual after the call")
+        return (got[0],)
+
+    check_op(call_norm, (ref[0],), _add_norm.buffers(x, res, w, EPS), x=x, out_kwargs={"row_pad": 32})
+
+
 def test_fused_equals_the_unfused_pair_and_torch(gen):
     """The fused op writes the bytes of fp8quant.rms_norm followed by the quantizer, and the norm
     is within one rounding of its dtype of torch.nn.functional.rms_norm."""

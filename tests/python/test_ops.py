@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import fp8quant
 from fp8quant._ops import Buffer, Op, TensorMeta, tracing
 
 POISON = -7.0
@@ -101,6 +102,79 @@ def test_tensor_subclasses_take_the_registered_op(monkeypatch):
     monkeypatch.setattr(TOY, "functional", registered)
     with pytest.raises(AssertionError, match="the registered op"):
         TOY(fake, 3.0)
+
+
+class _PlainSubclass(torch.Tensor):
+    """A subclass that overrides neither __torch_function__ nor __torch_dispatch__."""
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [lambda t: torch.nn.Parameter(t, requires_grad=False), lambda t: t.as_subclass(_PlainSubclass)],
+    ids=["Parameter", "plain subclass"],
+)
+def test_parameters_take_the_eager_path(monkeypatch, wrap):
+    """nn.Parameter (every model's norm weight) and subclasses that override neither
+    __torch_function__ nor __torch_dispatch__ are plain tensors to the op: eager, padded out=
+    buffers taken (the traced path refuses those, as torch.compile would drop their padding)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the eager path went through the registered op")
+
+    monkeypatch.setattr(TOY, "functional", refuse)
+    monkeypatch.setattr(TOY, "out_variant", refuse)
+    x = x_of()
+    check(*TOY(wrap(x.clone()), 3.0), x)
+    y, s = torch.empty_like(x), torch.full((16,), POISON).as_strided((5, 2), (1, 8))
+    TOY(wrap(x.clone()), 3.0, out=(y, s))
+    check(y, s, x)
+
+
+def test_device_context_is_not_tracing(monkeypatch):
+    """``with torch.device(...)`` is a torch-function mode that only sets the default device: calls
+    under it stay eager (padded out= taken); any other function mode still counts as tracing."""
+
+    class Passthrough(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the eager path went through the registered op")
+
+    monkeypatch.setattr(TOY, "functional", refuse)
+    monkeypatch.setattr(TOY, "out_variant", refuse)
+    x = x_of()
+    with torch.device("cuda"):  # no GPU needed to enter it; the GPU path's validations skip when tracing
+        assert not tracing()
+    with torch.device("cpu"):
+        assert not tracing()
+        check(*TOY(x, 3.0), x)
+        y, s = torch.empty_like(x), torch.full((16,), POISON).as_strided((5, 2), (1, 8))
+        TOY(x, 3.0, out=(y, s))
+        check(y, s, x)
+        with Passthrough():
+            assert tracing()
+    with Passthrough(), torch.device("cpu"):
+        assert tracing()
+
+
+def test_public_ops_take_parameters_and_device_contexts():
+    """The reproductions: rms_norm_quant with an nn.Parameter weight and a padded mn_tma out=, and
+    per_token_group_quant under ``with torch.device("cpu")`` with one, both refused before ("out=
+    with a padded buffer ... cannot be compiled") though nothing was being compiled."""
+    x = torch.randn(6, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    w = torch.randn(256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    out = (torch.empty(6, 256, dtype=torch.float8_e4m3fn), fp8quant.empty_scale("mn_tma", 6, 2))
+    q, s = fp8quant.rms_norm_quant(x, torch.nn.Parameter(w, requires_grad=False), scale_layout="mn_tma", out=out)
+    want_q, want_s = fp8quant.reference.rms_norm_quant(x, w, scale_layout="mn_tma")
+    assert q is out[0] and s is out[1]
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
+
+    out = (torch.empty(6, 256, dtype=torch.float8_e4m3fn), fp8quant.empty_scale("mn_tma", 6, 2))
+    with torch.device("cpu"):
+        q, s = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma", out=out)
+    want_q, want_s = fp8quant.reference.per_token_group_quant(x, 128, scale_layout="mn_tma")
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(s, want_s)
 
 
 def test_out_writes_whole_buffers():

@@ -406,7 +406,7 @@ def test_extension_rejects_cpu_tensors(layout):
     x = randn(4, 256, dtype=torch.float32)
     q = torch.empty(4, 256, dtype=torch.uint8)
     s = empty_scale(layout, 4, 2)
-    with pytest.raises(ValueError, match="CUDA"):
+    with pytest.raises(ValueError, match=r"^x: must be a CUDA tensor$"):
         _C.per_token_group_quant(x, q, s, LAYOUT_CODES[layout], True, 128, 1e-10, 0)
 
 

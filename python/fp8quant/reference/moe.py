@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .._checks import check_int, check_quant_args, check_routing_tokens
+from .._checks import check_int, check_masked_max_m, check_quant_args, check_routing_tokens
 from ..routing import MoeRouting
 from .mx import mxfp8_quant
 from .nvfp4 import _quantize_rows, nvfp4_quant
@@ -120,6 +120,7 @@ def moe_dispatch_quant(
         )  # fmt: skip
     if routing.masked_row is None or max_m is None:
         raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
+    check_masked_max_m(routing, max_m)
     return moe_scatter_quant(
         x, routing.masked_row, (routing.counts.numel(), max_m), group_size, scale_layout=scale_layout, ue8m0=ue8m0,
         eps=eps,
@@ -167,6 +168,7 @@ def moe_dispatch_nvfp4(
                                  row_experts=routing.m_indices, scale_layout=scale_layout)  # fmt: skip
     if routing.masked_row is None or max_m is None:
         raise ValueError("layout='masked' needs max_m, and a routing made with the same max_m")
+    check_masked_max_m(routing, max_m)
     return moe_scatter_nvfp4(x, routing.masked_row, (routing.counts.numel(), max_m), global_scale,
                              scale_layout=scale_layout)  # fmt: skip
 
@@ -188,8 +190,17 @@ def moe_scatter_nvfp4(
     if g.dim() == 1 and len(rows_shape) == 1:
         if row_experts is None:
             raise ValueError("one encode scale per expert in the contiguous layout needs row_experts (m_indices)")
-        return _quantize_rows(xr, g[row_experts.to(x.device).long().clamp(min=0)], scale_layout)
+        return _quantize_rows(xr, _expert_scales(g, row_experts), scale_layout)
     return nvfp4_quant(xr, g, scale_layout=scale_layout)[:2]
+
+
+def _expert_scales(global_scale: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+    """The encode scale of each row's expert, ``global_scale [E]`` at ``experts [M]``, each index
+    clamped into ``[0, E - 1]`` as the kernels' ``encode_scale`` clamps it (a padding row's -1
+    reads scale 0, an id past the scales given the last): an index the scales do not cover
+    reads a wrong scale, never past them (docs/contract.md, "NVFP4")."""
+    index = experts.to(global_scale.device).long().clamp(0, global_scale.numel() - 1)
+    return global_scale[index]
 
 
 def _scatter_rows(x: torch.Tensor, slot_rows: torch.Tensor, rows_shape: tuple) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,7 +276,7 @@ def silu_mul_nvfp4(
     y, _ = _silu_rows(x, m_indices, masked_m)
     g = global_scale.float()
     if m_indices is not None and g.dim() == 1:
-        return _quantize_rows(y, g[m_indices.to(g.device).long().clamp(min=0)], scale_layout)
+        return _quantize_rows(y, _expert_scales(g, m_indices), scale_layout)
     return nvfp4_quant(y, g, scale_layout=scale_layout)[:2]
 
 

@@ -96,7 +96,40 @@ def from_swizzled(swizzled: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """The row-major ``[*, rows, cols]`` scales held by a swizzled buffer (:func:`to_swizzled`)."""
     *batch, _, _ = swizzled.shape
     offsets = swizzled_offsets(rows, cols, swizzled.device).flatten()
-    return swizzled.reshape(*batch, -1)[..., offsets].view(*batch, rows, cols)
+    return swizzled.flatten(-2)[..., offsets].view(*batch, rows, cols)  # flatten: -1 is ambiguous for 0 batches
+
+
+def check_dequant_args(
+    q, scale, scale_layout: str, q_dtype: torch.dtype, scale_dtype: torch.dtype, group: int, per_byte: int
+) -> tuple[int, int]:
+    """The operands of a block-scaled dequantization: ``q [..., M, K / per_byte]`` of ``q_dtype``
+    (``per_byte`` values a byte), K a multiple of ``group``, and its ``scale`` of ``scale_dtype``
+    with the shape of ``scale_layout`` (one of MX_SCALE_LAYOUTS) on q's device. Returns the scale
+    matrix's rows and columns ``(M, K / group)``."""
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    if q.dtype != q_dtype:
+        raise TypeError(f"q must be {q_dtype}, got {q.dtype}")
+    k = q.shape[-1] * per_byte if q.dim() else 0
+    if q.dim() < 2 or k % group:
+        cols = "K" if per_byte == 1 else f"K / {per_byte}"
+        raise ValueError(f"q must be [..., M, {cols}] with K a multiple of {group}, got shape {tuple(q.shape)}")
+    if scale_layout not in MX_SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout must be one of {MX_SCALE_LAYOUTS}, got {scale_layout!r}")
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"scale must be a torch.Tensor, got {type(scale).__name__}")
+    if scale.dtype != scale_dtype:
+        raise TypeError(f"scale must be {scale_dtype}, got {scale.dtype}")
+    rows, cols = q.shape[-2], k // group
+    want = (*q.shape[:-2], *(swizzled_shape(rows, cols) if scale_layout == "swizzled" else (rows, cols)))
+    if tuple(scale.shape) != want:
+        raise ValueError(
+            f"scale must have shape {want} for q of shape {tuple(q.shape)} and scale_layout={scale_layout!r}, "
+            f"got {tuple(scale.shape)}"
+        )
+    if scale.device != q.device:
+        raise ValueError(f"scale is on {scale.device}, q on {q.device}: all tensors must be on one device")
+    return rows, cols
 
 
 def mxfp8_quant(
@@ -121,8 +154,12 @@ def mxfp8_quant(
 
 
 def mxfp8_dequant(q: torch.Tensor, scale: torch.Tensor, *, scale_layout: str = "swizzled") -> torch.Tensor:
-    """float32 ``q * 2^(e - 127)`` of MXFP8 ``q [..., M, K]`` and its ``scale`` in ``scale_layout``."""
-    rows, cols = q.shape[-2], q.shape[-1] // MX_GROUP
+    """float32 ``q * 2^(e - 127)`` of MXFP8 ``q [..., M, K]`` (float8_e4m3fn) and its ``scale``
+    (float8_e8m0fnu) in ``scale_layout``, as :func:`mxfp8_quant` returns them::
+
+        x_back = mxfp8_dequant(*mxfp8_quant(x))
+    """
+    rows, cols = check_dequant_args(q, scale, scale_layout, torch.float8_e4m3fn, torch.float8_e8m0fnu, MX_GROUP, 1)
     e = scale.view(torch.uint8)
     if scale_layout == "swizzled":
         e = from_swizzled(e, rows, cols)

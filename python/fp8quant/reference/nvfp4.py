@@ -16,7 +16,7 @@ import torch
 
 from .._checks import FP8_DTYPE
 from ._core import _finite_amax
-from .mx import MX_SCALE_LAYOUTS, from_swizzled, to_swizzled
+from .mx import MX_SCALE_LAYOUTS, check_dequant_args, from_swizzled, to_swizzled
 
 __all__ = [
     "E2M1_VALUES",
@@ -69,10 +69,23 @@ def e2m1_value(code: torch.Tensor) -> torch.Tensor:
 def nvfp4_global_scale(x: torch.Tensor, *, per_batch: bool = False) -> torch.Tensor:
     """The encode scale ``RN(448 * 6 / amax)`` of ``x`` (float32 ``[]``), or of each batch of a 3-D
     ``x [B, M, K]`` with ``per_batch`` (``[B]``, e.g. one per expert): amax over the finite
-    elements; 1 when it is 0; capped at the largest float32."""
+    elements; 1 when it is 0 (an empty tensor or batch included); capped at the largest float32::
+
+        s_enc = nvfp4_global_scale(x)                      # []
+        s_enc = nvfp4_global_scale(w, per_batch=True)      # [E] of w [E, N, K]
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(per_batch, bool):
+        raise TypeError(f"per_batch must be a bool, got {type(per_batch).__name__}")
+    if per_batch and x.dim() != 3:
+        raise ValueError(f"per_batch=True gives one scale per batch of a 3-D x [B, M, K], got shape {tuple(x.shape)}")
     xf = x.float()
-    dims = tuple(range(1, xf.dim())) if per_batch else tuple(range(xf.dim()))
-    amax = _finite_amax(xf, dims, 0.0).double()
+    if xf.numel() == 0:  # amax of nothing: 0, as for an all-zero tensor (amax cannot reduce an empty tensor)
+        amax = torch.zeros(xf.shape[:1] if per_batch else (), dtype=torch.float64, device=x.device)
+    else:
+        dims = tuple(range(1, xf.dim())) if per_batch else tuple(range(xf.dim()))
+        amax = _finite_amax(xf, dims, 0.0).double()
     scale = (_ENCODE_NUMERATOR / amax).clamp(max=_FLT_MAX).float()
     return torch.where(amax == 0, torch.ones_like(scale), scale)
 
@@ -126,10 +139,26 @@ def _quantize_rows(x: torch.Tensor, row_scale: torch.Tensor, scale_layout: str) 
 def nvfp4_dequant(
     q: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor, *, scale_layout: str = "swizzled"
 ) -> torch.Tensor:
-    """float32 ``RN(RN(value * s) / S)`` of NVFP4 ``q [..., M, K / 2]``, its ``scale`` in
-    ``scale_layout`` and its encode scale ``global_scale`` (``[]`` or ``[B]``)."""
-    k = 2 * q.shape[-1]
-    rows, cols = q.shape[-2], k // NVFP4_GROUP
+    """float32 ``RN(RN(value * s) / S)`` of NVFP4 ``q [..., M, K / 2]`` (uint8), its ``scale``
+    (float8_e4m3fn) in ``scale_layout`` and its float32 encode scale ``global_scale`` (``[]``, or
+    ``[B]`` for a 3-D q), as :func:`nvfp4_quant` returns them::
+
+        x_back = nvfp4_dequant(*nvfp4_quant(x))
+    """
+    rows, cols = check_dequant_args(q, scale, scale_layout, torch.uint8, FP8_DTYPE, NVFP4_GROUP, 2)
+    if not isinstance(global_scale, torch.Tensor) or global_scale.dtype != torch.float32:
+        got = global_scale.dtype if isinstance(global_scale, torch.Tensor) else type(global_scale).__name__
+        raise TypeError(f"global_scale must be a float32 tensor, got {got}")
+    shapes = ((), (q.shape[0],)) if q.dim() == 3 else ((),)
+    if tuple(global_scale.shape) not in shapes:
+        want = " or ".join(str(list(shape)) for shape in shapes)
+        raise ValueError(
+            f"global_scale must have shape {want} for q of shape {tuple(q.shape)}, got {list(global_scale.shape)}"
+        )
+    if global_scale.device != q.device:
+        raise ValueError(
+            f"global_scale is on {global_scale.device}, q on {q.device}: all tensors must be on one device"
+        )
     s = scale
     if scale_layout == "swizzled":
         s = from_swizzled(scale.view(torch.uint8), rows, cols).view(FP8_DTYPE)
