@@ -8,12 +8,15 @@
 # DeepGEMM, the consumer of fp8quant's DeepGEMM formats, is installed first when a wheel of it is
 # at $DEEP_GEMM_WHEEL (default: the newest ../shared/wheels/deep_gemm-*.whl); its tests then must
 # run (FP8QUANT_REQUIRE_DEEP_GEMM=1 makes pytest stop if deep_gemm does not import) instead of
-# skipping. DEEP_GEMM_WHEEL=none runs without it.
+# skipping. DEEP_GEMM_WHEEL=none runs without it. Triton and transformers (the PDL producer, the
+# stream gate, the Triton GEMM backend, the transformers integration) must import too
+# (FP8QUANT_REQUIRE; set it to "" to allow their tests to skip).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 logdir=${LOGDIR:-build/gpu-check}
 mkdir -p "$logdir"
 stages=("${@:-ctest pytest sanitize bench}")
+export FP8QUANT_REQUIRE=${FP8QUANT_REQUIRE-triton,transformers}
 status=0
 
 wheel=${DEEP_GEMM_WHEEL:-$(ls -t ../shared/wheels/deep_gemm-*.whl 2>/dev/null | head -1)}
@@ -49,7 +52,7 @@ for stage in ${stages[*]}; do
       # which does not run PyTorch programs to the end, over the C API test's launch (needs ctest)
       run sanitize-memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
         compute-sanitizer --tool memcheck --error-exitcode 1 python tests/tools/sanitize_cases.py
-      for api in c_api weights_api pack_api moe_api; do
+      for api in c_api weights_api pack_api moe_api norm_api mx_api; do
         run "sanitize-racecheck-$api" compute-sanitizer --tool racecheck --error-exitcode 1 \
           "build/gpu-ctest/tests/cpp/test_$api"
       done ;;
