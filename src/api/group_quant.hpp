@@ -58,13 +58,35 @@ void copy_source(Problem& problem, const GroupSource& source) {
   problem.pad_align = static_cast<int32_t>(source.pad_align);
 }
 
-// x's geometry [*in_batch, *in_rows, *in_cols] for a quantization into q [batch, m, k_cols].
-inline void source_geometry(const GroupSource& source, int64_t batch, int64_t m, int64_t k_cols, int64_t* in_batch,
-                            int64_t* in_rows, int64_t* in_cols) {
+// The strides and spans of x (`in`: x's own rows [batch, m, k_cols], or the source's geometry)
+// and q ([batch, m, q_cols]), checked on every call (check_quantization_strides); *empty: the
+// call reads, writes and launches nothing.
+inline fp8quant_status_t check_source_strides(const GroupSource& source, Operand& in, Operand& q, int64_t batch,
+                                              int64_t m, int64_t k_cols, int64_t q_cols, bool* empty) {
   const bool own = source.kind == QuantSource::kRows;
-  *in_batch = own ? batch : source.in_batch;
-  *in_rows = own ? m : source.in_rows;
-  *in_cols = own ? k_cols : source.in_cols;
+  const int64_t in_batch = own ? batch : source.in_batch, in_rows = own ? m : source.in_rows;
+  const int64_t in_cols = own ? k_cols : source.in_cols;
+  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(in, in_batch, in_rows, in_cols, q, batch, m, q_cols));
+  *empty = batch == 0 || m == 0 || in_batch == 0 || in_rows == 0;
+  return FP8QUANT_SUCCESS;
+}
+
+// The fields every group quantization's problem (QuantProblem, BlockScaledProblem) takes from its
+// checked operands (x: `in`, q at `q` with the strides of `qs`) and geometry.
+template <class Problem>
+void set_group_operands(Problem& problem, const Operand& in, void* q, const Operand& qs, int64_t batch, int64_t m,
+                        int64_t num_groups, int64_t rows, int64_t slots) {
+  problem.x = in.ptr;
+  problem.q = q;
+  problem.x_batch_stride = in.batch_stride;
+  problem.x_row_stride = in.row_stride;
+  problem.q_batch_stride = qs.batch_stride;
+  problem.q_row_stride = qs.row_stride;
+  problem.batch = static_cast<int32_t>(batch);
+  problem.m = static_cast<int32_t>(m);
+  problem.num_groups = static_cast<int32_t>(num_groups);
+  problem.rows = static_cast<int32_t>(rows);
+  problem.slots = static_cast<int32_t>(slots);
 }
 
 // kScatter's padding part on grid.x: per expert, one block for every 8 of its `pad_columns`

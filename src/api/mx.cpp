@@ -104,12 +104,11 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   }
 
   // Strides and spans, every call; then an empty one is done: nothing read, written or launched
-  int64_t in_batch = 0, in_rows = 0, in_cols = 0;
-  source_geometry(source, batch, m, k, &in_batch, &in_rows, &in_cols);
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(xs, in_batch, in_rows, in_cols, qs, batch, m, q_cols));
-  if (batch == 0 || m == 0 || in_batch == 0 || in_rows == 0) return FP8QUANT_SUCCESS;
+  bool empty = false;
+  FP8QUANT_RETURN_IF_ERROR(check_source_strides(source, xs, qs, batch, m, k, q_cols, &empty));
+  if (empty) return FP8QUANT_SUCCESS;
 
   // Pointers: present, aligned, outputs sharing no byte with the inputs or with each other (q is
   // checked as k bytes a row, k / 2 for NVFP4's two elements a byte). The dispatch's contiguous
@@ -133,19 +132,9 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   // Strides that are never stepped over do not constrain the vectorized path
   const int64_t x_vec = 16 / elem, q_vec = fp4 ? 8 : 16;  // elements and bytes a thread moves at once
   fp8quant::BlockScaledProblem problem{};
-  problem.x = x;
-  problem.q = q;
+  set_group_operands(problem, xs, q, qs, batch, m, num_groups, rows, slots);
   problem.scale = static_cast<uint8_t*>(scale);
-  problem.x_batch_stride = xs.batch_stride;
-  problem.x_row_stride = xs.row_stride;
-  problem.q_batch_stride = qs.batch_stride;
-  problem.q_row_stride = qs.row_stride;
   problem.scale_batch_stride = rows * slots;
-  problem.batch = static_cast<int32_t>(batch);
-  problem.m = static_cast<int32_t>(m);
-  problem.num_groups = static_cast<int32_t>(num_groups);
-  problem.rows = static_cast<int32_t>(rows);
-  problem.slots = static_cast<int32_t>(slots);
   problem.units = static_cast<int32_t>(rows * slots);
   problem.row_slots = fp8quant::FastDivisor(static_cast<uint32_t>(slots));
   problem.dtype = x_dtype;

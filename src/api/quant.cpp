@@ -94,12 +94,11 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   FP8QUANT_RETURN_IF_ERROR(check_scatter_padding(source, num_groups));
 
   // Strides and spans, every call; then an empty one is done: nothing read, written or launched
-  int64_t in_batch = 0, in_rows = 0, in_cols = 0;
-  source_geometry(source, batch, m, k, &in_batch, &in_rows, &in_cols);
   Operand xs{"x", "x_row_stride", "x_batch_stride", x, elem, x_batch_stride, x_row_stride};
   Operand qs{"q", "q_row_stride", "q_batch_stride", q, 1, q_batch_stride, q_row_stride};
-  FP8QUANT_RETURN_IF_ERROR(check_quantization_strides(xs, in_batch, in_rows, in_cols, qs, batch, m, k));
-  if (batch == 0 || m == 0 || in_batch == 0 || in_rows == 0) return FP8QUANT_SUCCESS;
+  bool empty = false;
+  FP8QUANT_RETURN_IF_ERROR(check_source_strides(source, xs, qs, batch, m, k, k, &empty));
+  if (empty) return FP8QUANT_SUCCESS;
 
   // Pointers: present, aligned, outputs sharing no byte with the inputs or with each other
   const int64_t scale_bytes = shape.batch_stride * batch * 4;
@@ -111,19 +110,9 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   const bool x_strides16 = xs.row_stride % x_vec == 0 && xs.batch_stride % x_vec == 0 && source.up_offset % x_vec == 0;
   const bool q_strides16 = qs.row_stride % 16 == 0 && qs.batch_stride % 16 == 0;
   fp8quant::QuantProblem problem{};
-  problem.x = x;
-  problem.q = q;
+  set_group_operands(problem, xs, q, qs, batch, m, num_groups, shape.rows, slots);
   problem.scale = scale;
-  problem.x_batch_stride = xs.batch_stride;
-  problem.x_row_stride = xs.row_stride;
-  problem.q_batch_stride = qs.batch_stride;
-  problem.q_row_stride = qs.row_stride;
   problem.scale_batch_stride = shape.batch_stride;
-  problem.batch = static_cast<int32_t>(batch);
-  problem.m = static_cast<int32_t>(m);
-  problem.num_groups = static_cast<int32_t>(num_groups);
-  problem.rows = static_cast<int32_t>(shape.rows);
-  problem.slots = static_cast<int32_t>(slots);
   problem.units = static_cast<int32_t>(units);
   problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(fp8quant::row_tile(scale_layout) * slots));
   problem.eps = eps;

@@ -396,58 +396,6 @@ def assert_direct_eager_call(call: Callable[[], object], outputs: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# PDL: a producer that lets the op launch at once and writes the op's inputs late
-# --------------------------------------------------------------------------------------------
-
-PRODUCER_PROGRAMS = 4  # few enough to be resident at once, so that all of them trigger the op's launch
-PRODUCER_DELAY_NS = 1_000_000  # after the host's go: the window in which an op that skips its wait reads stale input
-PRODUCER_TIMEOUT_NS = 5_000_000_000  # no go from the host (the call waited for the stream): give up, and say so
-COPY_BLOCK = 4096  # bytes a program copies per step
-
-if triton is not None and hasattr(tl.extra.cuda, "gdc_launch_dependents"):
-
-    @triton.jit
-    def _late_producer(table, copies, flag, delay_ns, timeout_ns, BLOCK: tl.constexpr):
-        """Let the next kernel launch at once (griddepcontrol.launch_dependents); wait for the
-        host's go (flag[0], pinned host memory; flag[1] = 1 if it never came) and delay_ns more;
-        then run the copies of ``table``, int64 rows (destination, source, bytes)."""
-        tl.extra.cuda.gdc_launch_dependents()
-        start = tl.extra.cuda.globaltimer()
-        now = start
-        go = tl.load(flag, volatile=True)
-        while (go == 0) & (now - start < timeout_ns):
-            go = tl.load(flag, volatile=True)
-            now = tl.extra.cuda.globaltimer()
-        if go == 0:
-            tl.store(flag + 1, 1)
-        end = tl.extra.cuda.globaltimer() + delay_ns
-        while tl.extra.cuda.globaltimer() < end:
-            pass
-        pid = tl.program_id(0)
-        step = tl.num_programs(0) * BLOCK
-        for c in range(copies):
-            dst = tl.load(table + 3 * c).to(tl.pointer_type(tl.uint8))
-            src = tl.load(table + 3 * c + 1).to(tl.pointer_type(tl.uint8))
-            n = tl.load(table + 3 * c + 2)
-            for first in range(pid * BLOCK, n, step):
-                idx = first + tl.arange(0, BLOCK)
-                tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
-
-    @triton.jit
-    def _copy_without_wait(dst, src, n, BLOCK: tl.constexpr):
-        """The control: copies ``n`` bytes without griddepcontrol.wait, so that, launched with PDL
-        behind the producer, it reads what the input holds before the producer writes it."""
-        step = tl.num_programs(0) * BLOCK
-        for first in range(tl.program_id(0) * BLOCK, n, step):
-            idx = first + tl.arange(0, BLOCK)
-            tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
-
-    _PRODUCER_MISSING = None
-else:
-    _PRODUCER_MISSING = "the PDL producer needs Triton with tl.extra.cuda.gdc_launch_dependents (Triton >= 3.3)"
-
-
-# --------------------------------------------------------------------------------------------
 # A gate: a kernel that holds a stream until the host opens it
 # --------------------------------------------------------------------------------------------
 
@@ -490,6 +438,51 @@ class StreamGate:
 
     def timed_out(self) -> bool:
         return bool(self.flag[1])
+
+
+# --------------------------------------------------------------------------------------------
+# PDL: a producer that lets the op launch at once and writes the op's inputs late
+# --------------------------------------------------------------------------------------------
+
+PRODUCER_PROGRAMS = 4  # few enough to be resident at once, so that all of them trigger the op's launch
+PRODUCER_DELAY_NS = 1_000_000  # after the host's go: the window in which an op that skips its wait reads stale input
+PRODUCER_TIMEOUT_NS = 5_000_000_000  # no go from the host (the call waited for the stream): give up, and say so
+COPY_BLOCK = 4096  # bytes a program copies per step
+
+if triton is not None and hasattr(tl.extra.cuda, "gdc_launch_dependents"):
+
+    @triton.jit
+    def _late_producer(table, copies, flag, delay_ns, timeout_ns, BLOCK: tl.constexpr):
+        """Let the next kernel launch at once (griddepcontrol.launch_dependents); wait for the
+        host's go (flag[0], pinned host memory; flag[1] = 1 if it never came) and delay_ns more;
+        then run the copies of ``table``, int64 rows (destination, source, bytes)."""
+        tl.extra.cuda.gdc_launch_dependents()
+        _gate(flag, timeout_ns)
+        end = tl.extra.cuda.globaltimer() + delay_ns
+        while tl.extra.cuda.globaltimer() < end:
+            pass
+        pid = tl.program_id(0)
+        step = tl.num_programs(0) * BLOCK
+        for c in range(copies):
+            dst = tl.load(table + 3 * c).to(tl.pointer_type(tl.uint8))
+            src = tl.load(table + 3 * c + 1).to(tl.pointer_type(tl.uint8))
+            n = tl.load(table + 3 * c + 2)
+            for first in range(pid * BLOCK, n, step):
+                idx = first + tl.arange(0, BLOCK)
+                tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
+
+    @triton.jit
+    def _copy_without_wait(dst, src, n, BLOCK: tl.constexpr):
+        """The control: copies ``n`` bytes without griddepcontrol.wait, so that, launched with PDL
+        behind the producer, it reads what the input holds before the producer writes it."""
+        step = tl.num_programs(0) * BLOCK
+        for first in range(tl.program_id(0) * BLOCK, n, step):
+            idx = first + tl.arange(0, BLOCK)
+            tl.store(dst + idx, tl.load(src + idx, mask=idx < n), mask=idx < n)
+
+    _PRODUCER_MISSING = None
+else:
+    _PRODUCER_MISSING = "the PDL producer needs Triton with tl.extra.cuda.gdc_launch_dependents (Triton >= 3.3)"
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
