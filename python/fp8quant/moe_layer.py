@@ -259,6 +259,11 @@ def expert_ffn(
     if backend not in _FFN_BACKENDS:
         raise ValueError(f"backend must be one of {_FFN_BACKENDS}, got {backend!r}")
     _check_ffn_args(q, scale, routing, w13, w2, layout)
+    return _ffn(q, scale, routing, w13, w2, layout, backend, expected_m, align)
+
+
+def _ffn(q, scale, routing, w13, w2, layout: str, backend: str, expected_m: int, align: int) -> torch.Tensor:
+    """:func:`expert_ffn` on checked arguments (moe_layer made them itself)."""
     masked = layout == "masked"
     rows = tuple(q.shape[:-1])
     index = routing.counts if masked else routing.m_indices
@@ -399,7 +404,7 @@ def moe_layer(
         q1, s1 = moe_dispatch_quant(x, routing, layout="masked", max_m=max_m, align=ALIGN)
     else:
         q1, s1 = moe_dispatch_quant(x, routing)
-    y2 = expert_ffn(q1, s1, routing, w13, w2, layout=layout, backend=backend, expected_m=expected_m)
+    y2 = _ffn(q1, s1, routing, w13, w2, layout, backend, expected_m, ALIGN)
     return moe_combine(y2, routing.masked_row if masked else routing.inv_perm, weights)
 
 
