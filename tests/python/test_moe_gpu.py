@@ -82,11 +82,17 @@ from fp8quant.moe import _routing as ROUTING  # noqa: E402
 from fp8quant.moe import _routing_reference  # noqa: E402
 
 
-def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0):
+def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0, side_stream=False):
     if rows is None:
         rows = R.moe_routing(ids, e, expert_offset=offset, align=align).m_indices.numel()
     args = (ids, e, offset, align, rows, max_m)
-    check_op(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
+    check = check_side_stream if side_stream else check_op
+    check(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
+
+
+def test_routing_side_stream(gen):
+    ids = torch.randint(-1, 512, (300, 8), generator=gen, device="cuda", dtype=torch.int32)
+    check_routing(ids, 256, max_m=300, side_stream=True)
 
 
 # One kernel takes e <= 512 experts, two kernels the rest: e = 512 / 513 sit on the boundary (7: an

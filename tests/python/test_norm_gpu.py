@@ -195,6 +195,8 @@ def test_stream_graph_compile(gen):
     x, w, res0 = inputs(300, 7168, torch.bfloat16, gen, True)
     call, ref, buffers = check_fused(x, w, res0, "packed_ue8m0", True)
     check_side_stream(call, ref[:2], buffers)
+    check_side_stream(lambda out=None: (fp8quant.rms_norm(x, w, EPS, out=None if out is None else out[0]),),
+                      (R.rms_norm(x, w, EPS),), _norm.buffers(x, w, EPS), x=x)  # fmt: skip
     for pdl in (True, False):
         with pdl_setting(pdl):
             check_graph(call, lambda: x.copy_(torch.randn(x.shape, generator=gen, device="cuda")),

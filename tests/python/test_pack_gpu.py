@@ -226,6 +226,15 @@ def test_side_stream(gen):
         lambda out=None: fp8quant.requantize_ue8m0(w, s, out=out), reference.requantize_ue8m0(w, s),
         REQUANT.buffers(w, s, 128, 128, 1e-4),
     )  # fmt: skip
+    packed = reference.pack_ue8m0(in_layout(pow2_scales((300, 7), gen), "row"), "row")
+    check_side_stream(lambda out=None: pack._unpack(packed, 7, "mn_tma", out=out),
+                      flagged(reference.unpack_ue8m0(packed, 7, "mn_tma")), pack._unpack.buffers(packed, 7, "mn_tma"))  # fmt: skip
+    fp32 = in_layout(random_scales((300, 7), gen), "row")
+    check_side_stream(lambda out=None: pack._convert(fp32, "row", "mn_tma", out=out),
+                      (reference.convert_scales(fp32, "row", "mn_tma"),), pack._convert.buffers(fp32, "row", "mn_tma"))  # fmt: skip
+    w_scale = pow2_scales((3, 5), gen)
+    check_side_stream(lambda out=None: pack._sm100(w_scale, 300, 128, out=out),
+                      flagged(reference.sm100_weight_scales(w_scale, 300)), pack._sm100.buffers(w_scale, 300, 128))  # fmt: skip
 
 
 @pytest.mark.parametrize("pdl", [True, False], ids=["pdl_on", "pdl_off"])
