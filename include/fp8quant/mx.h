@@ -24,7 +24,7 @@ extern "C" {
 
 /** Where the scale bytes of a `[batch, m, k]` input go (`G` groups per row: `k / 32` for MXFP8,
  *  `k / 16` for NVFP4). */
-typedef enum fp8quant_mx_scale_layout FP8QUANT_ENUM_BASE {
+typedef enum FP8QUANT_ENUM_BASE {
   /** Row-major `[batch, m, G]`, `m * G` bytes per batch. */
   FP8QUANT_MX_SCALE_ROW = 0,
   /** Swizzled, per batch a buffer of `round_up(m, 128) * round_up(G, 4)` bytes: scale `(r, c)`
@@ -34,7 +34,7 @@ typedef enum fp8quant_mx_scale_layout FP8QUANT_ENUM_BASE {
 } fp8quant_mx_scale_layout_t;
 
 /** How a group's E8M0 scale byte follows from its amax. */
-typedef enum fp8quant_mx_recipe FP8QUANT_ENUM_BASE {
+typedef enum FP8QUANT_ENUM_BASE {
   /** NVIDIA's: the smallest power of two at or above `RN(amax / 448)` (`cvt.rp.satfinite.ue8m0x2`). */
   FP8QUANT_MX_RCEIL = 0,
   /** The OCP MX specification's: `exponent(amax) - exponent(448)`. */
