@@ -114,11 +114,6 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
   // checked as k bytes a row, k / 2 for NVFP4's two elements a byte). The dispatch's contiguous
   // layout reads m_indices only for one encode scale per expert.
   FP8QUANT_RETURN_IF_ERROR(check_quantization_pointers(xs, qs, scale, scale_bytes));
-  if (fp4) {
-    FP8QUANT_CHECK_ARG(out.global_scale != nullptr, "global_scale", "must not be null");
-    FP8QUANT_CHECK_ARG(reinterpret_cast<uintptr_t>(out.global_scale) % 4 == 0, "global_scale",
-                       "must be 4-byte aligned");
-  }
   const bool row_experts = scatter && source.row_starts != nullptr && global_scales > 1;
   FP8QUANT_CHECK_ARG(!row_experts || out.row_experts != nullptr, "m_indices",
                      "must be given with one encode scale per expert in the contiguous layout");
