@@ -149,12 +149,13 @@ def align_up(n: torch.Tensor, a: int) -> torch.Tensor:
 
 def silu_written(buffers, layout, x, m_indices, row_offsets, masked_m, align):
     """What the SiLU ops write (docs/contract.md, "MoE"): q of the rows that hold tokens; the
-    scale bytes of every row in a tile (padding rows' as 0), nothing past the tiles."""
+    scale bytes of every row in a tile (padding rows' as 0), nothing past the tiles. Without
+    row_offsets every row is in a tile, the swizzled layout's padding rows past M too."""
     rows = torch.arange(buffers[1].shape[-2], device="cuda")
     if m_indices is not None:
         used = m_indices.numel() if row_offsets is None else int(row_offsets[-1])
         live = (m_indices >= 0) & (torch.arange(m_indices.numel(), device="cuda") < used)
-        return row_mask(buffers, live, rows < used, layout)
+        return row_mask(buffers, live, rows < (rows.numel() if row_offsets is None else used), layout)
     if masked_m is not None:
         live = torch.arange(x.shape[1], device="cuda") < masked_m.unsqueeze(1)
         return row_mask(buffers, live, rows < align_up(masked_m, align).unsqueeze(1), layout)

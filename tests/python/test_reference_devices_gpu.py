@@ -7,7 +7,9 @@ evaluate an expression differently on CUDA (``tensor / python_scalar`` becomes a
 the reciprocal there, and elementwise kernels may contract multiply-adds). Here each reference
 runs on the same inputs on both devices and must give identical bits: SiLU over every 16-bit
 gate value, the norms, every quantizer (FP8, MXFP8 in both recipes, NVFP4), the weight and
-scale transforms, and the MoE routing, dispatch and combine. Marked ``gpu``."""
+scale transforms, and the MoE routing, dispatch and combine. The one exception is SiLU in
+float32, whose ``exp`` is PyTorch's on each device (docs/contract.md, "MoE"): its values agree
+to the last bits, and the kernels follow CUDA's. Marked ``gpu``."""
 
 from __future__ import annotations
 
@@ -69,18 +71,29 @@ def to_cuda(value):
         return type(value)(*(to_cuda(v) for v in value))
     if isinstance(value, tuple | list):
         return type(value)(to_cuda(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_cuda(v) for k, v in value.items()}
     return value
 
 
-def same_on_both_devices(op: Callable, *args, **kwargs) -> None:
-    """``op(*args, **kwargs)`` on CPU tensors and on their CUDA copies: identical bits."""
-    cpu = tensors_of(op(*args, **kwargs))
-    gpu = tensors_of(op(*to_cuda(args), **to_cuda(kwargs)))
+def same_on_both_devices(op: Callable, *args, nan_bits: bool = True, **kwargs) -> None:
+    """``op(*args, **kwargs)`` on CPU tensors and on their CUDA copies: identical bits, in the
+    results and in the arguments the op updates in place (the residual). ``nan_bits=False``
+    lets NaNs differ in sign and payload (PyTorch's CUDA and CPU kernels make different NaNs)."""
+    cuda_args, cuda_kwargs = to_cuda(args), to_cuda(kwargs)  # before the CPU call updates any
+    cpu = tensors_of(op(*args, **kwargs)) + tensors_of([v for v in kwargs.values() if isinstance(v, torch.Tensor)])
+    gpu = tensors_of(op(*cuda_args, **cuda_kwargs)) + tensors_of(
+        [v for v in cuda_kwargs.values() if isinstance(v, torch.Tensor)]
+    )
     assert [n for n, _ in cpu] == [n for n, _ in gpu]
     assert cpu, "the op returned no tensor"
     for (name, c), (_, g) in zip(cpu, gpu):
         assert g.is_cuda and g.dtype == c.dtype
-        assert_bitwise_equal(g.cpu(), c, f"{getattr(op, '__name__', op)} output {name or 0}: CUDA against CPU")
+        g = g.cpu()
+        if not nan_bits and c.dtype in DTYPES:
+            both = c.isnan() & g.isnan()
+            c, g = c.masked_fill(both, float("nan")), g.masked_fill(both, float("nan"))
+        assert_bitwise_equal(g, c, f"{getattr(op, '__name__', op)} output {name or 0}: CUDA against CPU")
 
 
 # --- Elementwise and norms ------------------------------------------------------------------------
@@ -88,11 +101,21 @@ def same_on_both_devices(op: Callable, *args, **kwargs) -> None:
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_silu_and_mul_every_gate(dtype):
-    same_on_both_devices(R.silu_and_mul, every_16_bit_gate(dtype))
+    """In 16-bit dtypes the rounding of SiLU to the dtype hides the last-bit differences of exp
+    (below): every gate gives the same value on both devices; NaNs differ in sign and payload."""
+    same_on_both_devices(R.silu_and_mul, every_16_bit_gate(dtype), nan_bits=False)
 
 
 def test_silu_and_mul_float32():
-    same_on_both_devices(R.silu_and_mul, spread((1024, 512), torch.float32, 1) / 1e3)
+    """SiLU is PyTorch's, whose exp is not correctly rounded and differs between CUDA and the CPU
+    in the last bit (docs/contract.md, "MoE"): float32 values agree to within the two roundings
+    after exp (at most 2 units in the last place), and the kernels follow CUDA's."""
+    x = spread((1024, 512), torch.float32, 1) / 1e3
+    c, g = R.silu_and_mul(x), R.silu_and_mul(x.cuda()).cpu()
+    assert torch.equal(c.isnan(), g.isnan())
+    finite = ~c.isnan()
+    ulps = (c.view(torch.int32).long() - g.view(torch.int32).long())[finite].abs()
+    assert int(ulps.max()) <= 2, f"{int((ulps > 2).sum())} values differ by more than 2 ulps (max {int(ulps.max())})"
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
@@ -118,6 +141,8 @@ def test_group_quantizers(dtype):
     for layout, ue8m0 in (("row", False), ("mn_tma", True), ("packed_ue8m0", True)):
         same_on_both_devices(R.per_token_group_quant, x, 128, scale_layout=layout, ue8m0=ue8m0)
     same_on_both_devices(R.per_token_group_quant, x, 32, scale_layout="mn", eps=1e-4)
+    if dtype == torch.float32:
+        return  # float32 SiLU differs in the last bit between the devices (above), and so do fp32 scales of it
     y = torch.cat([spread((129, 640), dtype, 6) / 1e3, spread((129, 640), dtype, 7) / 1e3], dim=-1)
     same_on_both_devices(R.silu_mul_quant, y, scale_layout="mn_tma")
     same_on_both_devices(R.silu_mul_quant, y, scale_layout="packed_ue8m0")

@@ -1,0 +1,55 @@
+// Checks on the GPU that the kernels' software e2m1 conversion (math::e2m1_code: a power-of-two
+// scaling and a float add's rounding, sm_90a's path) equals the conversion's definition
+// (docs/contract.md, "NVFP4": the count of the seven rounding boundaries |v| passes, ties to the
+// even code, the sign bit of v, NaN to +6) for every one of the 2^32 float32 bit patterns.
+// Skipped (exit code kSkipped) without a GPU.
+#include <cstdio>
+
+#include "common/math.cuh"
+#include "gpu.hpp"
+
+namespace {
+
+// The definition: boundaries 0.25 (tie down), 0.75 (up), 1.25 (down), 1.75 (up), 2.5 (down),
+// 3.5 (up), 5 (down) between the codes of 0, 0.5, 1, 1.5, 2, 3, 4 and 6.
+__device__ uint32_t defined_code(float v) {
+  const float a = fabsf(v);
+  if (a != a) return 0x7u;
+  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return c | ((__float_as_uint(v) >> 28) & 0x8u);
+}
+
+// Counts: [0] inputs, [1] mismatches, [2] the first mismatching bit pattern (or ~0).
+__global__ void compare(unsigned long long* counts) {
+  unsigned long long n = 0, bad = 0;
+  for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w <= 0xFFFFFFFFull;
+       w += uint64_t(gridDim.x) * blockDim.x) {
+    const float v = __uint_as_float(uint32_t(w));
+    if (fp8quant::math::e2m1_code(v) != defined_code(v)) {
+      if (bad++ == 0) atomicMin(&counts[2], w);
+    }
+    ++n;
+  }
+  atomicAdd(&counts[0], n);
+  atomicAdd(&counts[1], bad);
+}
+
+}  // namespace
+
+int main() {
+  if (!gpu_or_skip()) return kSkipped;
+  unsigned long long* counts;
+  cudaMalloc(&counts, 3 * sizeof(*counts));
+  const unsigned long long init[3] = {0, 0, ~0ull};
+  cudaMemcpy(counts, init, sizeof(init), cudaMemcpyHostToDevice);
+  compare<<<132 * 16, 256>>>(counts);
+  unsigned long long h[3];
+  if (cudaMemcpy(h, counts, sizeof(h), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  std::printf("e2m1_code: %llu inputs, %llu mismatches", h[0], h[1]);
+  if (h[1] != 0) std::printf(" (first 0x%08llx)", h[2]);
+  std::printf("\n");
+  return h[0] == 0x100000000ull && h[1] == 0 ? 0 : 1;
+}
