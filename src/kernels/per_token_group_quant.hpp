@@ -12,8 +12,10 @@
 
 namespace fp8quant {
 
-// The MoE sources' fields (MoeSource) come first; zero for QuantSource::kRows.
-struct QuantProblem : MoeSource {
+// The quantization's own fields. QuantProblem puts them first and the MoE sources' (MoeSource,
+// zero for QuantSource::kRows) after them: the plain kernels then read their parameters at the
+// offsets they had before the MoE fields were shared, and compile to the same machine code.
+struct GroupQuantFields {
   const void* x;
   void* q;
   void* scale;
@@ -39,6 +41,8 @@ struct QuantProblem : MoeSource {
   bool aligned;  // x and q pointers and strides allow 16-byte accesses
   bool pdl;      // launch with programmatic dependent launch (fp8quant_set_pdl)
 };
+
+struct QuantProblem : GroupQuantFields, MoeSource {};
 
 // Rows of scales one warp's teams share: column-ordered scales (mn, mn_tma) order teams in tiles
 // of four rows, m fastest, so that a warp stores four consecutive scales of a column; row and
