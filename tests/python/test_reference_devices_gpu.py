@@ -80,11 +80,12 @@ def same_on_both_devices(op: Callable, *args, nan_bits: bool = True, **kwargs) -
     """``op(*args, **kwargs)`` on CPU tensors and on their CUDA copies: identical bits, in the
     results and in the arguments the op updates in place (the residual). ``nan_bits=False``
     lets NaNs differ in sign and payload (PyTorch's CUDA and CPU kernels make different NaNs)."""
+
+    def run(a, kw):  # the results, then the keyword tensors (which the op may update)
+        return tensors_of(op(*a, **kw)) + tensors_of([v for v in kw.values() if isinstance(v, torch.Tensor)])
+
     cuda_args, cuda_kwargs = to_cuda(args), to_cuda(kwargs)  # before the CPU call updates any
-    cpu = tensors_of(op(*args, **kwargs)) + tensors_of([v for v in kwargs.values() if isinstance(v, torch.Tensor)])
-    gpu = tensors_of(op(*cuda_args, **cuda_kwargs)) + tensors_of(
-        [v for v in cuda_kwargs.values() if isinstance(v, torch.Tensor)]
-    )
+    cpu, gpu = run(args, kwargs), run(cuda_args, cuda_kwargs)
     assert [n for n, _ in cpu] == [n for n, _ in gpu]
     assert cpu, "the op returned no tensor"
     for (name, c), (_, g) in zip(cpu, gpu):

@@ -48,8 +48,7 @@ def quantize_groups(
 
 def _finite_amax(xf: torch.Tensor, dims, eps: float) -> torch.Tensor:
     """max(|x|) over the finite elements along ``dims``, at least ``eps`` (SPEC 1, step 1)."""
-    finite = torch.isfinite(xf)
-    amax = torch.where(finite, xf.abs(), torch.zeros_like(xf)).amax(dims)
+    amax = xf.abs().nan_to_num_(nan=0.0, posinf=0.0).amax(dims)  # NaN and inf as 0; exact in any dtype
     return torch.maximum(amax, torch.full_like(amax, eps))
 
 
