@@ -109,14 +109,17 @@ def test_silu_and_mul_every_gate(dtype):
 
 def test_silu_and_mul_float32():
     """SiLU is PyTorch's, whose exp is not correctly rounded and differs between CUDA and the CPU
-    in the last bit (docs/contract.md, "MoE"): float32 values agree to within the two roundings
-    after exp (at most 2 units in the last place), and the kernels follow CUDA's."""
+    in the last bits (docs/contract.md, "MoE"); the kernels follow CUDA's. CUDA's expf is within
+    2 units in the last place and the CPU's within 1, so the two exps differ by at most 3 ulps,
+    a relative 3 * 2^-23 that SiLU passes on undiminished (x / (1 + e) is less sensitive to e
+    than e is) and that is at most 6 ulps of the result; the roundings of 1 + e, the division
+    and the product with up may each add one more. H200, torch 2.11: at most 4."""
     x = spread((1024, 512), torch.float32, 1) / 1e3
     c, g = R.silu_and_mul(x), R.silu_and_mul(x.cuda()).cpu()
     assert torch.equal(c.isnan(), g.isnan())
     finite = ~c.isnan()
     ulps = (c.view(torch.int32).long() - g.view(torch.int32).long())[finite].abs()
-    assert int(ulps.max()) <= 2, f"{int((ulps > 2).sum())} values differ by more than 2 ulps (max {int(ulps.max())})"
+    assert int(ulps.max()) <= 9, f"{int((ulps > 9).sum())} values differ by more than 9 ulps (max {int(ulps.max())})"
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))

@@ -135,9 +135,10 @@ def prefill_ms(model, t: int, vocab: int, timer: Timer, device: torch.device) ->
     return eager, replayed_ms(forward, timer, device, f"prefill at T={t}")
 
 
-def replayed_ms(call, timer: Timer, device: torch.device, what: str) -> float | None:
+def replayed_ms(call, timer: Timer, device: torch.device, what: str, *, settle: bool = True) -> float | None:
     """``call`` (already run eagerly: JIT compilation and allocations done) captured in a CUDA
-    graph and timed as replays; None on the CPU or when capture fails (said so)."""
+    graph and timed as replays (``settle`` as in :meth:`Timer.ms`); None on the CPU or when
+    capture fails (said so)."""
     if device.type != "cuda":
         return None
     try:
@@ -145,7 +146,7 @@ def replayed_ms(call, timer: Timer, device: torch.device, what: str) -> float | 
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             call()
-        ms = timer.ms(graph.replay)
+        ms = timer.ms(graph.replay, settle=settle)
     except RuntimeError as e:
         print(f"  {what} did not capture in a CUDA graph ({str(e).splitlines()[0]})", flush=True)
         torch.cuda.synchronize()
@@ -172,7 +173,9 @@ def decode_ms(model, batch: int, prompt: int, vocab: int, timer: Timer, device: 
     if device.type == "cuda":
         for _ in range(WARMUP):  # JIT compilation and allocations before the capture
             step()
-        ms = replayed_ms(step, timer, device, f"decode at batch {batch}")
+        # A replayed step writes the cache at the next position on the device (transformers takes
+        # it from the cache's length there): a fixed number of replays, within the room above
+        ms = replayed_ms(step, timer, device, f"decode at batch {batch}", settle=False)
         if ms is not None:
             return ms, True
         print("  timed eagerly instead", flush=True)
