@@ -5,7 +5,8 @@
 // thread (two or four 16-byte loads, one 16-byte store). Teams walk the (row m, group slot g)
 // grid so that each warp stores its scales together and each block reads contiguous runs of x:
 //   row          scale[m * G + g]                 row by row, g fastest
-//   mn, mn_tma   scale[g * rows + m]              tiles of four rows, m fastest, then g
+//   mn, mn_tma   scale[g * rows + m]              tiles of four rows, m fastest, then g (the
+//                SiLU source at M < 4: one tile of its M rows, short_column_tile)
 //   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; row by row, slots run to
 //                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
 //                bytes by shuffles.
@@ -27,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -49,14 +51,20 @@ struct GroupPos {
   bool valid;     // a real group: m < M and g < G
 };
 
-// The group of team `unit`: tiles of kRowTile rows one after another, m fastest inside a tile.
+// The group of team `unit`: tiles of kRowTile rows one after another, m fastest inside a tile;
+// with `short_tile` (short_column_tile) one tile of the m real rows.
 template <int kRowTile>
-__device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) {
+__device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit, bool short_tile = false) {
   const int32_t tile = static_cast<int32_t>(p.tile_units.divide(static_cast<uint32_t>(unit)));
   const int32_t within = unit - tile * static_cast<int32_t>(p.tile_units.divisor());
   GroupPos pos;
-  pos.m = tile * kRowTile + within % kRowTile;
-  pos.g = within / kRowTile;
+  if (kRowTile == 4 && short_tile) {  // m is 1, 2 or 3 (short_column_tile): divisions by constants
+    pos.g = p.m == 1 ? within : p.m == 2 ? within / 2 : within / 3;
+    pos.m = within - pos.g * p.m;
+  } else {
+    pos.m = tile * kRowTile + within % kRowTile;
+    pos.g = within / kRowTile;
+  }
   pos.in_range = pos.m < p.rows;
   pos.valid = pos.m < p.m && pos.g < p.num_groups;
   return pos;
@@ -143,7 +151,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
-  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
+  const bool short_tile = short_column_tile(kOrder, kSource, p.m);
+  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam, short_tile);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
@@ -168,8 +177,16 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // the lowest: units run tile after tile)
   bool live = pos.valid, in_tile = pos.in_range;
   if constexpr (kSource == QuantSource::kSiluMul) {
-    const int32_t block_first_row = locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
+    // (a short tile's block holds every one of its rows, so row 0 is its lowest)
+    const int32_t block_first_row = short_tile ? 0 : locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
     if (narrow_to_moe_rows(p, b, block_first_row, pos.m, live, in_tile)) return;
+    // A short tile's last row stores the zero scales of the padding rows below it in its column
+    if (short_tile && pos.valid && pos.m == p.m - 1 && sub == 0) {
+#pragma unroll 1
+      for (int32_t m = p.m; m < p.rows; ++m) {
+        if (padding_row_in_tile(p, b, m)) *scale_at<kOrder, Scale>(p, b, m, col, p.rows) = Scale{0};
+      }
+    }
     // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
     // quantization of zeros below would store, without the work
     if (__all_sync(kFullMask, !live)) {
@@ -233,13 +250,16 @@ int resident_blocks_per_sm() {
 // blocks cost more to launch than they save (the measurements: docs/benchmarks-history.md, third
 // run, "Block size for small launches"). The first wave (prefetch_blocks) is counted in whole
 // blocks, several per SM; a single-warp launch has at most two blocks per SM, so all of it
-// prefetches.
+// prefetches. A short tile (short_column_tile: a batch's few real rows) takes blocks of just its
+// batch's warps when they are fewer than a whole block's (at max_m = 1 and G = 16: 4 warps an
+// expert, not 8 with 4 idle).
 template <class Arch, int kTeam>
-int block_threads(const QuantProblem& p) {
+int block_threads(const QuantProblem& p, bool short_tile) {
   constexpr int kWarpTeams = 32 / kTeam;
   constexpr int kMaxWarpsPerSm = 2;
-  const int64_t warps = (int64_t{p.units} + kWarpTeams - 1) / kWarpTeams * p.batch;
-  return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
+  const int64_t batch_warps = (int64_t{p.units} + kWarpTeams - 1) / kWarpTeams;
+  if (batch_warps * p.batch <= int64_t{kMaxWarpsPerSm} * p.sm_count) return 32;
+  return short_tile ? static_cast<int>(std::min<int64_t>(batch_warps * 32, Arch::kBlockThreads)) : Arch::kBlockThreads;
 }
 
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
@@ -250,7 +270,7 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
       constexpr int kTeam = kGroupSize / kElemsPerThread;
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
       problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
-      const int threads = block_threads<Arch, kTeam>(problem);
+      const int threads = block_threads<Arch, kTeam>(problem, short_column_tile(kOrder, kSource, problem.m));
       const dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                             kSource == QuantSource::kScatter);
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");

@@ -232,6 +232,20 @@ def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
         check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
 
 
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
+@pytest.mark.parametrize("max_m", [1, 2, 3])
+def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
+    """Masked layouts at decode, max_m < 4: the column layouts launch teams for the real rows only,
+    and the last row's teams store the TMA padding rows' zero scales (short_column_tile)."""
+    for n in (2048, 384):  # G even and odd
+        xm = torch.randn(9, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        masked_m = torch.randint(0, max_m + 1, (9,), generator=gen, device="cuda", dtype=torch.int32)
+        masked_m[0], masked_m[1] = 0, max_m  # without tokens; full
+        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+        for align in (128, 4, 1):
+            check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
+
+
 def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
     wide = torch.randn(77, 2 * 384 + 8, generator=gen, device="cuda").to(torch.bfloat16)
     check_silu(wide[:, 1 : 1 + 2 * 384], "mn_tma", False)  # misaligned rows: the element-wise path
