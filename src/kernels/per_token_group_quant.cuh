@@ -12,7 +12,8 @@
 //                bytes by shuffles.
 // The scatter source walks row by row in every layout (team_row_tile): its rows go to scattered
 // destination rows, where a warp's four consecutive groups of a token make one 512-byte store.
-// Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
+// Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros
+// (in a short tile, which has no teams for rows past M, the last row's teams store them).
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
 // tile and nothing else.
@@ -60,7 +61,7 @@ __device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit, 
   GroupPos pos;
   if (kRowTile == 4 && short_tile) {  // m is 1, 2 or 3 (short_column_tile): divisions by constants
     pos.g = p.m == 1 ? within : p.m == 2 ? within / 2 : within / 3;
-    pos.m = within - pos.g * p.m;
+    pos.m = tile * kRowTile + within - pos.g * p.m;  // a spare team past the tile: out of range
   } else {
     pos.m = tile * kRowTile + within % kRowTile;
     pos.g = within / kRowTile;
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
-  const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
+  const int teams_per_block = blockDim.x / kTeam;  // whole warps, at most Arch::kBlockThreads: block_threads
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
 
   if constexpr (kSource == QuantSource::kScatter) {
@@ -269,8 +270,10 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
     return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
       constexpr int kTeam = kGroupSize / kElemsPerThread;
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
-      problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
       const int threads = block_threads<Arch, kTeam>(problem, short_column_tile(kOrder, kSource, problem.m));
+      // (smaller blocks: about as many more of them fit on an SM)
+      problem.prefetch_blocks =
+          problem.sm_count * resident_blocks_per_sm<Arch, kernel>() * (Arch::kBlockThreads / threads);
       const dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                             kSource == QuantSource::kScatter);
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");

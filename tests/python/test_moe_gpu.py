@@ -236,14 +236,30 @@ def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
 @pytest.mark.parametrize("max_m", [1, 2, 3])
 def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
     """Masked layouts at decode, max_m < 4: the column layouts launch teams for the real rows only,
-    and the last row's teams store the TMA padding rows' zero scales (short_column_tile)."""
-    for n in (2048, 384):  # G even and odd
-        xm = torch.randn(9, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
-        masked_m = torch.randint(0, max_m + 1, (9,), generator=gen, device="cuda", dtype=torch.int32)
+    and the last row's teams store the TMA padding rows' zero scales where a tile covers them
+    (short_column_tile). Shapes: single-warp blocks (9 experts), blocks of a batch's warps (256
+    experts, G = 16), several capped blocks a batch with spare teams (G = 56); align 2 and 3 end
+    a tile inside the padding rows."""
+    for experts, n in ((9, 2048), (9, 384), (256, 2048), (40, 7168)):  # G even and odd
+        xm = torch.randn(experts, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        masked_m = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
         masked_m[0], masked_m[1] = 0, max_m  # without tokens; full
         xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
-        for align in (128, 4, 1):
+        for align in (128, 4, 3, 2, 1) if experts == 9 else (128,):
             check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
+
+
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
+def test_silu_mul_quant_contiguous_short(layout, ue8m0, gen):
+    """A contiguous layout of fewer than 4 rows (short_column_tile): rows past M_sum untouched."""
+    for ids, align, max_m_sum in (([[0], [1]], 1, 3), ([[1]], 2, 3), ([[0]], 1, 1)):
+        routing = R.moe_routing(
+            torch.tensor(ids, dtype=torch.int32, device="cuda"), 2, align=align, max_m_sum=max_m_sum
+        )
+        x = torch.randn(routing.m_indices.numel(), 2 * 384, generator=gen, device="cuda").to(torch.bfloat16)
+        x[routing.m_indices < 0] = float("nan")
+        check_silu(x, layout, ue8m0, m_indices=routing.m_indices)
+        check_silu(x, layout, ue8m0, m_indices=routing.m_indices, row_offsets=routing.row_offsets)
 
 
 def test_silu_mul_quant_unaligned_stream_graph_compile(gen):
