@@ -146,7 +146,7 @@ def test_group_quantizers(dtype):
         same_on_both_devices(R.per_token_group_quant, x, 128, scale_layout=layout, ue8m0=ue8m0)
     same_on_both_devices(R.per_token_group_quant, x, 32, scale_layout="mn", eps=1e-4)
     if dtype == torch.float32:
-        return  # float32 SiLU differs in the last bit between the devices (above), and so do fp32 scales of it
+        return  # float32 SiLU differs in the last bits between the devices (above), and so do fp32 scales of it
     y = torch.cat([spread((129, 640), dtype, 6) / 1e3, spread((129, 640), dtype, 7) / 1e3], dim=-1)
     same_on_both_devices(R.silu_mul_quant, y, scale_layout="mn_tma")
     same_on_both_devices(R.silu_mul_quant, y, scale_layout="packed_ue8m0")
