@@ -158,6 +158,71 @@ __device__ __forceinline__ uint32_t e2m1x2(float lo, float hi) {
 #endif
 }
 
+// The word of eight e2m1 codes of the products RN(v[i] * factor), element i in nibble i: the
+// codes of e2m1x2, for finite v[i] and a factor >= 0 that is not NaN (products that overflow to
+// infinity saturate), given `signs`: 0x8 in nibble i where v[i] is negative (zeros included),
+// 0 elsewhere.
+//
+// sm_90a takes the magnitude's code as min(RN(2a), RN(a) + 2, RN(a / 2) + 4, 7) for
+// a = |RN(v[i] * factor)|: the three lines through the codes of [0, 2], [2, 4] and [4, 6] (0, 0.5,
+// 1, 1.5, 2; 2, 3, 4; 4, 6), each rounded to an integer, ties to even, by a float add at 2^23
+// (one FMA each), the least of them the code (rounding is monotonic). The sums share one binade,
+// so their bit patterns compare as integers (a three-way integer min), and the code is their
+// low byte. About 8 instructions an element against e2m1_code's 12: no sign, saturation or NaN
+// work per element (tests/cpp/test_e2m1.cu: the codes of e2m1_code for every finite float32).
+__device__ __forceinline__ uint32_t e2m1x8_product(const float* v, float factor, uint32_t signs) {
+#if FP8QUANT_HW_BLOCK_SCALED_CVT
+  uint32_t word = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint16_t pair;
+    asm("{\n .reg .b8 t;\n cvt.rn.satfinite.e2m1x2.f32 t, %2, %1;\n cvt.u16.u8 %0, t;\n}"
+        : "=h"(pair)
+        : "f"(__fmul_rn(v[2 * j], factor)), "f"(__fmul_rn(v[2 * j + 1], factor)));
+    word |= static_cast<uint32_t>(pair) << (8 * j);
+  }
+  return word;
+#else
+  // Codes (the low byte of each sum's bits)
+  uint32_t code[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float a = fabsf(__fmul_rn(v[i], factor));
+    const uint32_t doubled = __float_as_uint(__fmaf_rn(a, 2.0f, 0x1p23f));
+    const uint32_t shifted = __float_as_uint(__fadd_rn(a, 0x1p23f + 2.0f));
+    const uint32_t halved = __float_as_uint(__fmaf_rn(a, 0.5f, 0x1p23f + 4.0f));
+    code[i] = min(min(doubled, shifted), min(halved, 0x4B000007u));
+  }
+  // Pack: two codes to a byte, four bytes to the word; then the signs
+  uint32_t pair[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) pair[j] = code[2 * j] + (code[2 * j + 1] << 4);
+  const uint32_t word =
+      __byte_perm(__byte_perm(pair[0], pair[1], 0x0040), __byte_perm(pair[2], pair[3], 0x0040), 0x5410);
+  return word | signs;
+#endif
+}
+
+// `signs` for e2m1x8_product from the eight elements of T packed in w (low element first):
+// 0x8 in nibble i where element i's sign bit is set. The elements' top bytes are gathered, even
+// elements' and odd elements' apart, and their top bits moved to bits 3 and 7 of each byte.
+template <typename T>
+__device__ __forceinline__ uint32_t e2m1_signs(const uint32_t* w) {
+  uint32_t even, odd;  // byte j: the top byte of element 2j / 2j + 1
+  if constexpr (sizeof(T) == 4) {
+    const uint32_t low = __byte_perm(__byte_perm(w[0], w[1], 0x0073), __byte_perm(w[2], w[3], 0x0073), 0x5410);
+    const uint32_t high = __byte_perm(__byte_perm(w[4], w[5], 0x0073), __byte_perm(w[6], w[7], 0x0073), 0x5410);
+    even = __byte_perm(low, high, 0x6420);
+    odd = __byte_perm(low, high, 0x7531);
+  } else {
+    // Elements (0, 2, 1, 3) and (4, 6, 5, 7)
+    const uint32_t first = __byte_perm(w[0], w[1], 0x7351), second = __byte_perm(w[2], w[3], 0x7351);
+    even = __byte_perm(first, second, 0x5410);
+    odd = __byte_perm(first, second, 0x7632);
+  }
+  return ((even >> 4) & 0x08080808u) | (odd & 0x80808080u);
+}
+
 // Widen input elements to float.
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -336,6 +401,34 @@ __device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords]) {
     }
     const T2 pair = tree_reduce(m, [](T2 a, T2 b) { return __hmax2(a, b); });
     return fmaxf(0.0f, fmaxf(__low2float(pair), __high2float(pair)));
+  }
+}
+
+// Max of |x| over the elements of T packed in the words w, as float, when every element is
+// finite (*finite; else the value is not the amax: NaN and infinity are not dropped). On the bit
+// patterns: with the sign cleared they order as the magnitudes do, infinity above every finite
+// value and NaN above infinity; 16-bit elements two at a time.
+template <typename T, int kWords>
+__device__ __forceinline__ float abs_max_if_finite(const uint32_t (&w)[kWords], bool* finite) {
+  uint32_t m[kWords];
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) m[i] = w[i] & 0x7FFFFFFFu;
+    const uint32_t bits = tree_reduce(m, [](uint32_t a, uint32_t b) { return max(a, b); });
+    *finite = bits < 0x7F800000u;
+    return __uint_as_float(bits);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) m[i] = w[i] & 0x7FFF7FFFu;  // both signs cleared
+    const uint32_t pair = tree_reduce(m, [](uint32_t a, uint32_t b) { return __vmaxu2(a, b); });
+    const uint32_t bits = max(pair >> 16, pair & 0xFFFFu);
+    if constexpr (std::is_same_v<T, __half>) {
+      *finite = bits < 0x7C00u;
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    } else {
+      *finite = bits < 0x7F80u;
+      return __uint_as_float(bits << 16);
+    }
   }
 }
 

@@ -44,7 +44,8 @@ struct BlockGroup {
 };
 
 // Quantize the slice of each lane, a team holding one group; NVFP4 reads the encode scale
-// `global_scale`. Every lane of the warp calls it.
+// `global_scale`. MXFP8: every lane of the warp calls it (its teams reduce across lanes); NVFP4:
+// any lane alone.
 template <typename T, BlockFormat kFormat>
 __device__ __forceinline__ BlockGroup<kFormat> quantize_block_group(const Slice<T>& slice, float global_scale) {
   using Format = FormatOf<kFormat>;

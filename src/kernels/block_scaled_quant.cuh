@@ -7,7 +7,10 @@
 // one or two 16-byte loads; MXFP8 stores 16 bytes a thread, NVFP4 8); teams walk the (row r, group
 // slot c) grid slot by slot, so consecutive teams read consecutive groups of a row. Slots past
 // the row's groups and rows past m (the swizzled layout's padding) load nothing and store a zero
-// byte.
+// byte. NVFP4's plain rows of at least kChunkSlots slots go in chunks instead: a warp takes
+// kChunkSlots slots of one row, a lane kChunkGroups groups 32 slots apart, so that a thread's
+// address, row and scale-offset work is paid once for several groups (NVFP4 converts 16 elements
+// a thread, where that work weighs most) and every load and store of the warp stays contiguous.
 //
 // The MoE sources follow the MoE layouts' rows as the FP8 kernel does (moe_rows.cuh): rows
 // without a token get zero scale bytes inside a GEMM tile and nothing else. The SiLU-and-mul
@@ -34,6 +37,10 @@
 namespace fp8quant::kernels {
 
 constexpr int kMxThreads = 256;
+
+// NVFP4's chunks: groups a lane takes, 32 slots apart, and the slots of a warp's chunk.
+constexpr int kChunkGroups = 4;
+constexpr int32_t kChunkSlots = 32 * kChunkGroups;
 
 // Scale columns one block of kScatter's padding part zeroes (the part has kPadSlots-wide chunks
 // of every expert's slots, one block each).
@@ -69,8 +76,8 @@ template <typename T, bool kSwizzled, bool kAligned>
 __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const Slice<T>& slice, int32_t r, int32_t c,
                                               bool live, bool in_range, int64_t q_col, int32_t (&rows)[kSlotBatch]) {
   float v[kElemsPerThread];
-  bool has_inf;
-  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
+  bool finite;
+  const float amax = lane_finite_amax<T>(slice, v, &finite);
   const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
   for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
     if (j0 > 0) load_slot_rows<kSlotBatch>(p, r, j0, in_range, rows);
@@ -93,7 +100,7 @@ __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const
       const int32_t row = rows[i];
       if (row < 0) continue;
       const int32_t db = p.dest_batch > 1 ? row / p.dest_m : 0, dm = row - db * p.dest_m;
-      const Fp4Slice out = encode_nvfp4(v, amax, scales[i]);
+      const Fp4Slice out = encode_nvfp4<T>(slice, v, amax, finite, scales[i]);
       if (live) {
         BlockGroup<BlockFormat::kNvfp4> group;
 #pragma unroll
@@ -107,11 +114,65 @@ __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const
   }
 }
 
-template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource>
+// NVFP4's plain rows in chunks: this warp's chunk of kChunkSlots slots of row r, lane l taking
+// slots c + 32 j (c = the chunk's first slot + l, j < kChunkGroups). Every group is loaded before
+// the first is converted.
+template <typename T, bool kSwizzled, bool kAligned>
+__device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p) {
+  using Format = FormatOf<BlockFormat::kNvfp4>;
+  constexpr int kWarps = kMxThreads / 32;
+  constexpr int64_t kScaleStep = kSwizzled ? 32 / 4 * 512 : 32;  // scale bytes 32 slots apart
+
+  // Locate this warp's chunk and this lane's first slot
+  const int32_t unit = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x) / 32;
+  const int32_t r = static_cast<int32_t>(p.row_chunks.divide(static_cast<uint32_t>(unit)));
+  const int32_t c = (unit - r * p.chunks) * kChunkSlots + static_cast<int32_t>(threadIdx.x) % 32;
+  const int64_t b = blockIdx.y;
+  const int64_t col = int64_t{c} * Format::kGroup;
+  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + r * p.x_row_stride + col;
+  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + r * p.q_row_stride + col / 2;
+  uint8_t* scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, r, c);
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (unit >= p.chunk_units) return;  // past the last chunk: the whole warp
+
+  // Load (a group that is not live is never read)
+  Slice<T> slice[kChunkGroups];
+#pragma unroll
+  for (int j = 0; j < kChunkGroups; ++j) {
+    if (r < p.m && c + 32 * j < p.num_groups) load_slice<T, kAligned>(src + 32 * j * Format::kGroup, slice[j]);
+  }
+
+  // Quantize each group with the batch's encode scale; store q, and the scale byte (0 in the
+  // padding slots and rows)
+  const float global_scale = encode_scale(p, b);
+#pragma unroll
+  for (int j = 0; j < kChunkGroups; ++j) {
+    if (c + 32 * j >= p.slots) break;
+    const bool live = r < p.m && c + 32 * j < p.num_groups;
+    if (!live) {
+      scale[j * kScaleStep] = 0;
+      continue;
+    }
+    const BlockGroup<BlockFormat::kNvfp4> out = quantize_block_group<T, BlockFormat::kNvfp4>(slice[j], global_scale);
+    store_block_q<BlockFormat::kNvfp4, kAligned>(dst + 32 * j * Format::kQBytes, out);
+    scale[j * kScaleStep] = static_cast<uint8_t>(out.scale);
+  }
+}
+
+template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource,
+          bool kChunked = false>
 __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ BlockScaledProblem p) {
   using Format = FormatOf<kFormat>;
   constexpr int kTeams = kMxThreads / Format::kTeam;
   static_assert(kSource != QuantSource::kScatter || Format::kFp4, "the block-scaled dispatch is NVFP4's");
+  static_assert(!kChunked || (Format::kFp4 && kSource == QuantSource::kRows), "chunks are NVFP4's plain rows'");
+  if constexpr (kChunked) {
+    quantize_nvfp4_chunk<T, kSwizzled, kAligned>(p);
+    return;
+  }
 
   if constexpr (kSource == QuantSource::kScatter) {
     const auto zero = [&](int32_t e, int32_t c0) { zero_block_tile_padding<kSwizzled>(p, e, c0); };
@@ -176,12 +237,22 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
 }
 
 // Launch the kernel of one instantiation on `stream` (kScatter: the token blocks, then the
-// padding blocks).
-template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource>
+// padding blocks; kChunked: a warp a chunk).
+template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource,
+          bool kChunked = false>
 fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cudaStream_t stream) {
-  constexpr auto kernel = block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource>;
-  constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
-  const dim3 grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);
+  constexpr auto kernel = block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource, kChunked>;
+  dim3 grid;
+  if constexpr (kChunked) {
+    problem.chunks = (problem.slots + kChunkSlots - 1) / kChunkSlots;
+    problem.chunk_units = problem.rows * problem.chunks;  // at most units: no overflow
+    problem.row_chunks = FastDivisor(static_cast<uint32_t>(problem.chunks));
+    constexpr int kWarps = kMxThreads / 32;
+    grid = dim3((problem.chunk_units + kWarps - 1) / kWarps, problem.batch);
+  } else {
+    constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
+    grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);
+  }
   return cuda_error(launch_with_pdl(kernel, grid, dim3(kMxThreads), stream, problem, problem.pdl), "kernel launch");
 }
 
@@ -197,6 +268,11 @@ fp8quant_status_t launch_block_scaled_quant(const BlockScaledProblem& problem_in
           if (problem.format != BlockFormat::kNvfp4) return no_kernel_for("format", static_cast<int>(problem.format));
           return launch_block_scaled_quant_as<Arch, T, BlockFormat::kNvfp4, kSwizzled, kAligned, QuantSource::kScatter>(
               problem, stream);
+        }
+        if (problem.format == BlockFormat::kNvfp4 && problem.source == QuantSource::kRows &&
+            problem.slots >= kChunkSlots) {
+          return launch_block_scaled_quant_as<Arch, T, BlockFormat::kNvfp4, kSwizzled, kAligned, QuantSource::kRows,
+                                              true>(problem, stream);
         }
         return FP8QUANT_DISPATCH_BLOCK_FORMAT(problem.format, kFormat, [&] {
           return FP8QUANT_DISPATCH_BOOL(problem.source == QuantSource::kSiluMul, kSiluMul, [&] {

@@ -47,6 +47,12 @@ struct BlockScaledProblem : MoeSource {
   // is each slot's expert's; and the SiLU source's per-expert encode scales
   const int32_t* row_experts;       // kScatter, contiguous: the expert of each destination row (m_indices)
   bool global_scale_by_row_expert;  // NVFP4, contiguous kSiluMul: row r's encode scale is global_scale[row_map[r]]
+
+  // NVFP4's plain rows of many groups go in chunks, a warp each (block_scaled_quant.cuh); the
+  // launcher sets these
+  int32_t chunks;          // chunks a row: slots / kChunkSlots, rounded up
+  int32_t chunk_units;     // rows * chunks: the warps of one batch
+  FastDivisor row_chunks;  // chunks
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, BlockScaledProblem)

@@ -181,10 +181,23 @@ struct Fp4Slice {
   uint32_t s;
 };
 
-// NVFP4 (docs/contract.md, "NVFP4"): encode a slice v of one group of 16 whose finite amax is
-// `amax` with the encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)), elements
-// e2m1(RN(x * RN(S / s))) (0 when s is 0), every division IEEE.
-__device__ __forceinline__ Fp4Slice encode_nvfp4(const float (&v)[kElemsPerThread], float amax, float global_scale) {
+// NVFP4's group amax (a group per lane): over the finite elements, v the slice widened; *finite
+// when every element is finite, the case encode_nvfp4 converts fastest.
+template <typename T>
+__device__ __forceinline__ float lane_finite_amax(const Slice<T>& slice, float (&v)[kElemsPerThread], bool* finite) {
+  unpack_slice(slice, v);
+  const float amax = math::abs_max_if_finite<T>(slice.w, finite);
+  return *finite ? amax : finite_abs_max(v);  // a NaN or an infinity: rare
+}
+
+// NVFP4 (docs/contract.md, "NVFP4"): encode a slice of one group of 16 (its words, and v widened)
+// whose finite amax is `amax` with the encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)),
+// elements e2m1(RN(x * RN(S / s))) (0 when s is 0), every division IEEE. With every element
+// finite (`finite`) and a factor that is not NaN the elements take e2m1x8_product, else
+// e2m1x2 element by element (NaN to +6, and inf * 0).
+template <typename T>
+__device__ __forceinline__ Fp4Slice encode_nvfp4(const Slice<T>& slice, const float (&v)[kElemsPerThread], float amax,
+                                                 bool finite, float global_scale) {
   // Scale
   Fp4Slice result;
   result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
@@ -196,26 +209,34 @@ __device__ __forceinline__ Fp4Slice encode_nvfp4(const float (&v)[kElemsPerThrea
   }
 
   // Quantize
+  constexpr int kWordsPer8 = Slice<T>::kWords / 2;  // the words of eight elements
+  if (finite && factor == factor) {
 #pragma unroll
-  for (int w = 0; w < kElemsPerThread / 8; ++w) {
-    uint32_t word = 0u;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      word |= math::e2m1x2(__fmul_rn(v[8 * w + 2 * j], factor), __fmul_rn(v[8 * w + 2 * j + 1], factor)) << (8 * j);
+    for (int w = 0; w < kElemsPerThread / 8; ++w) {
+      result.q[w] = math::e2m1x8_product(&v[8 * w], factor, math::e2m1_signs<T>(&slice.w[kWordsPer8 * w]));
     }
-    result.q[w] = word;
+  } else {
+#pragma unroll
+    for (int w = 0; w < kElemsPerThread / 8; ++w) {
+      uint32_t word = 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        word |= math::e2m1x2(__fmul_rn(v[8 * w + 2 * j], factor), __fmul_rn(v[8 * w + 2 * j + 1], factor)) << (8 * j);
+      }
+      result.q[w] = word;
+    }
   }
   return result;
 }
 
 // NVFP4: quantize the slice of each lane, one group of 16, with the encode scale `global_scale`
-// (encode_nvfp4). Every lane of the warp calls it.
+// (encode_nvfp4). Lanes need not call it together.
 template <typename T>
 __device__ __forceinline__ Fp4Slice quantize_slice_nvfp4(const Slice<T>& slice, float global_scale) {
   float v[kElemsPerThread];
-  bool has_inf;
-  const float amax = team_finite_amax<T, 1>(slice, v, has_inf);
-  return encode_nvfp4(v, amax, global_scale);
+  bool finite;
+  const float amax = lane_finite_amax<T>(slice, v, &finite);
+  return encode_nvfp4<T>(slice, v, amax, finite, global_scale);
 }
 
 }  // namespace fp8quant::kernels

@@ -1,8 +1,10 @@
-// Checks on the GPU that the kernels' software e2m1 conversion (math::e2m1_code: a power-of-two
-// scaling and a float add's rounding, sm_90a's path) equals the conversion's definition
-// (docs/contract.md, "NVFP4": the count of the seven rounding boundaries |v| passes, ties to the
-// even code, the sign bit of v, NaN to +6) for every one of the 2^32 float32 bit patterns.
-// Skipped (exit code kSkipped) without a GPU.
+// Checks on the GPU that the kernels' software e2m1 conversions (sm_90a's paths) equal the
+// conversion's definition (docs/contract.md, "NVFP4": the count of the seven rounding boundaries
+// |v| passes, ties to the even code, the sign bit of v, NaN to +6): math::e2m1_code (a
+// power-of-two scaling and a float add's rounding) for every one of the 2^32 float32 bit
+// patterns, and math::e2m1x8_product (three rounded lines and their least, signs from the bit
+// patterns) for every finite one, in each of the word's eight places. Skipped (exit code
+// kSkipped) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
@@ -19,13 +21,25 @@ __device__ uint32_t defined_code(float v) {
   return c | ((__float_as_uint(v) >> 28) & 0x8u);
 }
 
+// e2m1x8_product's word for v in place w % 8, the other places +0 (code 0).
+__device__ uint32_t product_word(float v, uint32_t w) {
+  float values[8] = {};
+  uint32_t bits[8] = {};
+  values[w % 8] = v;
+  bits[w % 8] = __float_as_uint(v);
+  return fp8quant::math::e2m1x8_product(values, 1.0f, fp8quant::math::e2m1_signs<float>(bits));
+}
+
 // Counts: [0] inputs, [1] mismatches, [2] the first mismatching bit pattern (or ~0).
 __global__ void compare(unsigned long long* counts) {
   unsigned long long n = 0, bad = 0;
   for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w <= 0xFFFFFFFFull;
        w += uint64_t(gridDim.x) * blockDim.x) {
     const float v = __uint_as_float(uint32_t(w));
-    if (fp8quant::math::e2m1_code(v) != defined_code(v)) {
+    const uint32_t code = defined_code(v);
+    bool same = fp8quant::math::e2m1_code(v) == code;
+    if (isfinite(v)) same = same && product_word(v, uint32_t(w)) == code << (4 * (w % 8));
+    if (!same) {
       if (bad++ == 0) atomicMin(&counts[2], w);
     }
     ++n;
@@ -48,7 +62,7 @@ int main() {
     std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 1;
   }
-  std::printf("e2m1_code: %llu inputs, %llu mismatches", h[0], h[1]);
+  std::printf("e2m1_code and e2m1x8_product: %llu inputs, %llu mismatches", h[0], h[1]);
   if (h[1] != 0) std::printf(" (first 0x%08llx)", h[2]);
   std::printf("\n");
   return h[0] == 0x100000000ull && h[1] == 0 ? 0 : 1;

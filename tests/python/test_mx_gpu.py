@@ -7,8 +7,10 @@ non-default stream, CUDA-graph capture with PDL on and off, and behind a PDL pro
 writes the input late. Marked ``gpu``.
 
 NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
-group scales). Not yet run on a GPU (issue 28: written after the session's device time was
-spent)."""
+group scales), with the rows of at least 128 groups (K >= 2048), which the kernel takes in chunks
+of 128 groups a warp, 4 a lane, at every edge of that grid: one chunk (K = 2048), a chunk of one
+group (K = 2064: 129 groups, 132 swizzled slots), half a chunk (K = 7168), specials in every lane
+and place."""
 
 from __future__ import annotations
 
@@ -142,31 +144,45 @@ def check_fp4(x, layout, global_scale=None):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 129, 4097])
-@pytest.mark.parametrize("k", [16, 48, 128, 7168])
+@pytest.mark.parametrize("k", [16, 48, 128, 2048, 2064, 7168])
 def test_nvfp4_bit_exact(m, k, dtype, layout):
     check_fp4(make_input((m, k), dtype, m + k), layout)
 
 
 def test_nvfp4_large_m_and_experts():
     check_fp4(make_input((70000, 256), torch.bfloat16, 8), "swizzled")
-    x = make_input((8, 129, 256), torch.bfloat16, 9)
-    check_fp4(x, "swizzled", fp8quant.nvfp4_global_scale(x, per_batch=True))
-    check_fp4(x, "row", torch.tensor(3.0, device="cuda"))
+    check_fp4(make_input((70000, 2048), torch.bfloat16, 15), "row")
+    for k in (256, 2064):
+        x = make_input((8, 129, k), torch.bfloat16, 9 + k)
+        check_fp4(x, "swizzled", fp8quant.nvfp4_global_scale(x, per_batch=True))
+        check_fp4(x, "row", torch.tensor(3.0, device="cuda"))
 
 
-def test_nvfp4_special_values():
-    x = make_input((64, 256), torch.float32, 10)
+@pytest.mark.parametrize("k", [256, 4096])
+def test_nvfp4_special_values(k):
+    """Specials in every place of a word, and (K = 4096: 2 chunks) in every lane and group of a chunk."""
+    x = make_input((64, k), torch.float32, 10)
     x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40])
     x[1, :16] = 0.0
     x[2, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2) * 1e-3
+    x[3, 16:32] = -0.0
+    x[4, 32:48] = torch.tensor([float("inf")] + [0.0] * 7 + [-float("inf")] + [-1e-3] * 7)
+    x[5, 48:64] = torch.finfo(torch.float32).max
+    gen = torch.Generator(device="cuda").manual_seed(16)
+    for row in range(6, 64):  # a NaN, an infinity or a -0 in a random place of each row's groups
+        cols = torch.randint(0, k, (k // 64,), device="cuda", generator=gen)
+        x[row, cols] = torch.tensor([float("nan"), -float("inf"), -0.0, float("inf")], device="cuda")[row % 4]
     check_fp4(x, "swizzled")
     check_fp4(x.to(torch.bfloat16), "row", torch.tensor(1e30, device="cuda"))  # scales saturate at 448
+    check_fp4(x.to(torch.float16), "swizzled", torch.tensor(1e-30, device="cuda"))  # every group scale 0
 
 
 def test_nvfp4_unaligned_side_stream_and_graph():
-    base = make_input((33, 136), torch.bfloat16, 11)
+    base = make_input((33, 2200), torch.bfloat16, 11)
     check_fp4(base[:, 1:97], "row")
-    x = make_input((129, 256), torch.bfloat16, 12)
+    check_fp4(base[:, 1:2065], "row")  # chunks, element by element
+    check_fp4(base[:, 8:2056], "swizzled")  # a view 16 bytes in: chunks, vectorized
+    x = make_input((129, 2048), torch.bfloat16, 12)
     g = fp8quant.nvfp4_global_scale(x)
     buffers = FP4.buffers(x, g, "swizzled")
 
