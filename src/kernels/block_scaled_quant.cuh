@@ -131,7 +131,8 @@ __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p
   const int64_t col = int64_t{c} * Format::kGroup;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + r * p.x_row_stride + col;
   uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + r * p.q_row_stride + col / 2;
-  uint8_t* scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, r, c);
+  // (a lane past the row's slots stores nothing: its offset is its last slot's, clear of overflow)
+  uint8_t* scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, r, min(c, p.slots - 1));
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -162,6 +163,8 @@ __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p
   }
 }
 
+// The kernel: a team's scale slot (row r, group slot c), its group quantized (with the MoE
+// sources, the row's or the token's), q and the scale byte stored; or with kChunked a warp's chunk.
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource,
           bool kChunked = false>
 __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ BlockScaledProblem p) {

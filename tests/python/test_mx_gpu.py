@@ -9,8 +9,8 @@ writes the input late. Marked ``gpu``.
 NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
 group scales), with the rows of at least 128 groups (K >= 2048), which the kernel takes in chunks
 of 128 groups a warp, 4 a lane, at every edge of that grid: one chunk (K = 2048), a chunk of one
-group (K = 2064: 129 groups, 132 swizzled slots), half a chunk (K = 7168), specials in every lane
-and place."""
+group (K = 2064: 129 groups, 132 swizzled slots), half a chunk (K = 7168), padding slots inside a
+chunk (K = 2032 swizzled: 127 groups, 128 slots), specials spread over a chunk's lanes and groups."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def check_fp4(x, layout, global_scale=None):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 129, 4097])
-@pytest.mark.parametrize("k", [16, 48, 128, 2048, 2064, 7168])
+@pytest.mark.parametrize("k", [16, 48, 128, 2032, 2048, 2064, 7168])
 def test_nvfp4_bit_exact(m, k, dtype, layout):
     check_fp4(make_input((m, k), dtype, m + k), layout)
 
@@ -160,7 +160,7 @@ def test_nvfp4_large_m_and_experts():
 
 @pytest.mark.parametrize("k", [256, 4096])
 def test_nvfp4_special_values(k):
-    """Specials in every place of a word, and (K = 4096: 2 chunks) in every lane and group of a chunk."""
+    """Specials in every place of a word, and (K = 4096: 2 chunks) spread over a chunk's lanes and groups."""
     x = make_input((64, k), torch.float32, 10)
     x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40])
     x[1, :16] = 0.0
@@ -182,6 +182,7 @@ def test_nvfp4_unaligned_side_stream_and_graph():
     check_fp4(base[:, 1:97], "row")
     check_fp4(base[:, 1:2065], "row")  # chunks, element by element
     check_fp4(base[:, 8:2056], "swizzled")  # a view 16 bytes in: chunks, vectorized
+    check_fp4(make_input((9, 2100), torch.float32, 19)[:, 3:2051], "swizzled")  # float32, 12 bytes in
     x = make_input((129, 2048), torch.bfloat16, 12)
     g = fp8quant.nvfp4_global_scale(x)
     buffers = FP4.buffers(x, g, "swizzled")
