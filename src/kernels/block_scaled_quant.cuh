@@ -7,10 +7,11 @@
 // one or two 16-byte loads; MXFP8 stores 16 bytes a thread, NVFP4 8); teams walk the (row r, group
 // slot c) grid slot by slot, so consecutive teams read consecutive groups of a row. Slots past
 // the row's groups and rows past m (the swizzled layout's padding) load nothing and store a zero
-// byte. NVFP4's plain rows of at least kChunkSlots slots go in chunks instead: a warp takes
-// kChunkSlots slots of one row, a lane kChunkGroups groups 32 slots apart, so that a thread's
-// address, row and scale-offset work is paid once for several groups (NVFP4 converts 16 elements
-// a thread, where that work weighs most) and every load and store of the warp stays contiguous.
+// byte. NVFP4's plain rows of at least kChunkSlots slots go in chunks instead, in launches past
+// one wave of the device's threads (nvfp4_chunks): a warp takes kChunkSlots slots of one row, a
+// lane kChunkGroups groups 32 slots apart, so that a thread's address, row and scale-offset work
+// is paid once for several groups (NVFP4 converts 16 elements a thread, where that work weighs
+// most) and every load and store of the warp stays contiguous.
 //
 // The MoE sources follow the MoE layouts' rows as the FP8 kernel does (moe_rows.cuh): rows
 // without a token get zero scale bytes inside a GEMM tile and nothing else. The SiLU-and-mul
@@ -259,6 +260,15 @@ fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cuda
   return cuda_error(launch_with_pdl(kernel, grid, dim3(kMxThreads), stream, problem, problem.pdl), "kernel launch");
 }
 
+// Whether `problem` takes NVFP4's chunks: plain rows of at least a chunk's slots, in a launch of
+// more teams than the device holds threads at once (2048 an SM). Below that the launch is bound
+// by latency, not instruction issue: one group a thread spreads a row over more warps and SMs,
+// where a chunk's warp converts its 4 groups one after another.
+inline bool nvfp4_chunks(const BlockScaledProblem& p) {
+  return p.format == BlockFormat::kNvfp4 && p.source == QuantSource::kRows && p.slots >= kChunkSlots &&
+         int64_t{p.units} * p.batch > int64_t{p.sm_count} * 2048;
+}
+
 // Launch the kernel for `problem` on `stream` (the C API has checked every value). The dispatch
 // source is built for NVFP4 only: the format whose per-expert encode scales need it.
 template <class Arch>
@@ -272,8 +282,7 @@ fp8quant_status_t launch_block_scaled_quant(const BlockScaledProblem& problem_in
           return launch_block_scaled_quant_as<Arch, T, BlockFormat::kNvfp4, kSwizzled, kAligned, QuantSource::kScatter>(
               problem, stream);
         }
-        if (problem.format == BlockFormat::kNvfp4 && problem.source == QuantSource::kRows &&
-            problem.slots >= kChunkSlots) {
+        if (nvfp4_chunks(problem)) {
           return launch_block_scaled_quant_as<Arch, T, BlockFormat::kNvfp4, kSwizzled, kAligned, QuantSource::kRows,
                                               true>(problem, stream);
         }

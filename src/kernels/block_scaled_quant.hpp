@@ -48,8 +48,9 @@ struct BlockScaledProblem : MoeSource {
   const int32_t* row_experts;       // kScatter, contiguous: the expert of each destination row (m_indices)
   bool global_scale_by_row_expert;  // NVFP4, contiguous kSiluMul: row r's encode scale is global_scale[row_map[r]]
 
-  // NVFP4's plain rows of many groups go in chunks, a warp each (block_scaled_quant.cuh); the
-  // launcher sets these
+  // NVFP4's plain rows go in chunks, a warp each, in launches past one wave of the device's
+  // threads (block_scaled_quant.cuh); the launcher sets the chunks' fields
+  int32_t sm_count;        // streaming multiprocessors of the device
   int32_t chunks;          // chunks a row: slots / kChunkSlots, rounded up
   int32_t chunk_units;     // rows * chunks: the warps of one batch
   FastDivisor row_chunks;  // chunks

@@ -7,10 +7,11 @@ non-default stream, CUDA-graph capture with PDL on and off, and behind a PDL pro
 writes the input late. Marked ``gpu``.
 
 NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
-group scales), with the rows of at least 128 groups (K >= 2048), which the kernel takes in chunks
-of 128 groups a warp, 4 a lane, at every edge of that grid: one chunk (K = 2048), a chunk of one
-group (K = 2064: 129 groups, 132 swizzled slots), half a chunk (K = 7168), padding slots inside a
-chunk (K = 2032 swizzled: 127 groups, 128 slots), specials spread over a chunk's lanes and groups."""
+group scales). Rows of at least 128 groups (K >= 2048) in launches past one wave of the GPU's
+threads go in chunks of 128 groups a warp, 4 a lane; the chunk tests take M just past that
+(chunked_m) at every edge of the chunk grid: one chunk (K = 2048), a chunk of one group (K = 2064:
+129 groups, 132 swizzled slots), half a chunk (K = 7168), padding slots inside a chunk (K = 2032
+swizzled: 127 groups, 128 slots), specials spread over a chunk's lanes and groups."""
 
 from __future__ import annotations
 
@@ -134,6 +135,17 @@ def test_dequant_consumer():
 # --- NVFP4 ----------------------------------------------------------------------------------------
 
 
+def chunked_m(k: int, layout: str, batch: int = 1, past: int = 1) -> int:
+    """M whose launch of nvfp4_quant takes chunks (src/kernels/block_scaled_quant.cuh,
+    nvfp4_chunks: more group slots, padding included, than the GPU holds threads, 2048 an SM),
+    `past` rows into the first 128-row block of such M."""
+    groups = k // 16
+    slots = groups if layout == "row" else -(-groups // 4) * 4
+    threads = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count * 2048
+    rows = threads // (slots * batch) + 1
+    return -(-rows // 128) * 128 + past
+
+
 def check_fp4(x, layout, global_scale=None):
     g = fp8quant.nvfp4_global_scale(x) if global_scale is None else global_scale
     refs = reference.nvfp4_quant(x, g, scale_layout=layout)[:2]
@@ -144,8 +156,17 @@ def check_fp4(x, layout, global_scale=None):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", [1, 3, 4, 5, 127, 129, 4097])
-@pytest.mark.parametrize("k", [16, 48, 128, 2032, 2048, 2064, 7168])
+@pytest.mark.parametrize("k", [16, 48, 128, 2064, 7168])
 def test_nvfp4_bit_exact(m, k, dtype, layout):
+    check_fp4(make_input((m, k), dtype, m + k), layout)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("past", [0, 1, 3, 127])
+@pytest.mark.parametrize("k", [2032, 2048, 2064, 7168])
+def test_nvfp4_chunks(k, past, dtype, layout):
+    m = chunked_m(k, layout, past=past)
     check_fp4(make_input((m, k), dtype, m + k), layout)
 
 
@@ -153,15 +174,19 @@ def test_nvfp4_large_m_and_experts():
     check_fp4(make_input((70000, 256), torch.bfloat16, 8), "swizzled")
     check_fp4(make_input((70000, 2048), torch.bfloat16, 15), "row")
     for k in (256, 2064):
-        x = make_input((8, 129, k), torch.bfloat16, 9 + k)
-        check_fp4(x, "swizzled", fp8quant.nvfp4_global_scale(x, per_batch=True))
-        check_fp4(x, "row", torch.tensor(3.0, device="cuda"))
+        for m in (129, chunked_m(k, "swizzled", batch=8, past=3)):
+            x = make_input((8, m, k), torch.bfloat16, 9 + k + m)
+            check_fp4(x, "swizzled", fp8quant.nvfp4_global_scale(x, per_batch=True))
+            check_fp4(x, "row", torch.tensor(3.0, device="cuda"))
 
 
+@pytest.mark.parametrize("m", [64, 0])
 @pytest.mark.parametrize("k", [256, 4096])
-def test_nvfp4_special_values(k):
-    """Specials in every place of a word, and (K = 4096: 2 chunks) spread over a chunk's lanes and groups."""
-    x = make_input((64, k), torch.float32, 10)
+def test_nvfp4_special_values(k, m):
+    """Specials in every place of a word, and (K = 4096, M past chunked_m: chunks) spread over a
+    chunk's lanes and groups."""
+    m = m or chunked_m(k, "swizzled", past=64)
+    x = make_input((m, k), torch.float32, 10)
     x[0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 1e-40])
     x[1, :16] = 0.0
     x[2, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2) * 1e-3
@@ -172,6 +197,7 @@ def test_nvfp4_special_values(k):
     for row in range(6, 64):  # a NaN, an infinity or a -0 in a random place of each row's groups
         cols = torch.randint(0, k, (k // 64,), device="cuda", generator=gen)
         x[row, cols] = torch.tensor([float("nan"), -float("inf"), -0.0, float("inf")], device="cuda")[row % 4]
+    x[64:] = x[:64].repeat(-(-m // 64) - 1, 1)[: m - 64]
     check_fp4(x, "swizzled")
     check_fp4(x.to(torch.bfloat16), "row", torch.tensor(1e30, device="cuda"))  # scales saturate at 448
     check_fp4(x.to(torch.float16), "swizzled", torch.tensor(1e-30, device="cuda"))  # every group scale 0
@@ -180,10 +206,13 @@ def test_nvfp4_special_values(k):
 def test_nvfp4_unaligned_side_stream_and_graph():
     base = make_input((33, 2200), torch.bfloat16, 11)
     check_fp4(base[:, 1:97], "row")
+    check_fp4(base[:, 1:2065], "row")
+    rows = chunked_m(2064, "row", past=5)
+    base = make_input((rows, 2200), torch.bfloat16, 11)
     check_fp4(base[:, 1:2065], "row")  # chunks, element by element
     check_fp4(base[:, 8:2056], "swizzled")  # a view 16 bytes in: chunks, vectorized
-    check_fp4(make_input((9, 2100), torch.float32, 19)[:, 3:2051], "swizzled")  # float32, 12 bytes in
-    x = make_input((129, 2048), torch.bfloat16, 12)
+    check_fp4(make_input((rows, 2100), torch.float32, 19)[:, 3:2051], "swizzled")  # float32, 12 bytes in
+    x = make_input((chunked_m(2048, "swizzled", past=1), 2048), torch.bfloat16, 12)
     g = fp8quant.nvfp4_global_scale(x)
     buffers = FP4.buffers(x, g, "swizzled")
 
