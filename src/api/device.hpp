@@ -22,14 +22,12 @@ fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch);
 // Whether kernels launch with programmatic dependent launch (fp8quant_set_pdl).
 bool pdl_enabled();
 
-// The architecture dispatch of a C API function whose launcher needs nothing else of the device:
-// `sm90(problem, stream)` or `sm100(problem, stream)`, as kernel_arch decides for the current device.
+// The architecture dispatch of a C API function: `sm90(problem, stream)` or
+// `sm100(problem, stream)`, as kernel_arch decides for `device`.
 template <typename Problem>
-fp8quant_status_t launch_for_arch(const Problem& problem, cudaStream_t stream,
-                                  fp8quant_status_t (*sm90)(const Problem&, cudaStream_t),
-                                  fp8quant_status_t (*sm100)(const Problem&, cudaStream_t)) {
-  DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(current_device(&device));
+fp8quant_status_t launch_on(const DeviceInfo& device, const Problem& problem, cudaStream_t stream,
+                            fp8quant_status_t (*sm90)(const Problem&, cudaStream_t),
+                            fp8quant_status_t (*sm100)(const Problem&, cudaStream_t)) {
   int arch = 0;
   FP8QUANT_RETURN_IF_ERROR(kernel_arch(device, &arch));
   if (arch == 9) {
@@ -37,6 +35,28 @@ fp8quant_status_t launch_for_arch(const Problem& problem, cudaStream_t stream,
   } else {  // 10: kernel_arch returns no other
     return sm100(problem, stream);
   }
+}
+
+// launch_on the current device, for a launcher that needs nothing else of it.
+template <typename Problem>
+fp8quant_status_t launch_for_arch(const Problem& problem, cudaStream_t stream,
+                                  fp8quant_status_t (*sm90)(const Problem&, cudaStream_t),
+                                  fp8quant_status_t (*sm100)(const Problem&, cudaStream_t)) {
+  DeviceInfo device{};
+  FP8QUANT_RETURN_IF_ERROR(current_device(&device));
+  return launch_on(device, problem, stream, sm90, sm100);
+}
+
+// launch_on the current device, for a launcher that sizes its grid by the device's SMs: sets
+// problem.sm_count first.
+template <typename Problem>
+fp8quant_status_t launch_for_arch_with_sm_count(Problem& problem, cudaStream_t stream,
+                                                fp8quant_status_t (*sm90)(const Problem&, cudaStream_t),
+                                                fp8quant_status_t (*sm100)(const Problem&, cudaStream_t)) {
+  DeviceInfo device{};
+  FP8QUANT_RETURN_IF_ERROR(current_device(&device));
+  problem.sm_count = device.sm_count;
+  return launch_on(device, problem, stream, sm90, sm100);
 }
 
 }  // namespace fp8quant

@@ -150,17 +150,8 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
     problem.row_experts = row_experts ? out.row_experts : nullptr;
   }
 
-  // Dispatch on the architecture
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  problem.sm_count = device.sm_count;
-  if (arch == 9) {
-    return fp8quant::sm90::block_scaled_quant(problem, stream);
-  } else {  // 10: kernel_arch returns no other
-    return fp8quant::sm100::block_scaled_quant(problem, stream);
-  }
+  return fp8quant::launch_for_arch_with_sm_count(problem, stream, fp8quant::sm90::block_scaled_quant,
+                                                 fp8quant::sm100::block_scaled_quant);
 }
 
 }  // namespace fp8quant::api

@@ -135,17 +135,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
     problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(tile * slots));
   }
 
-  // Dispatch on the architecture
-  fp8quant::DeviceInfo device{};
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::current_device(&device));
-  int arch = 0;
-  FP8QUANT_RETURN_IF_ERROR(fp8quant::kernel_arch(device, &arch));
-  problem.sm_count = device.sm_count;
-  if (arch == 9) {
-    return fp8quant::sm90::per_token_group_quant(problem, stream);
-  } else {  // 10: kernel_arch returns no other
-    return fp8quant::sm100::per_token_group_quant(problem, stream);
-  }
+  return fp8quant::launch_for_arch_with_sm_count(problem, stream, fp8quant::sm90::per_token_group_quant,
+                                                 fp8quant::sm100::per_token_group_quant);
 }
 
 fp8quant_status_t check_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m, int64_t num_groups,

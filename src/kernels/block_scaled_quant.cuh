@@ -39,6 +39,8 @@ namespace fp8quant::kernels {
 
 constexpr int kMxThreads = 256;
 
+constexpr int kMxWarps = kMxThreads / 32;
+
 // NVFP4's chunks: groups a lane takes, 32 slots apart, and the slots of a warp's chunk.
 constexpr int kChunkGroups = 4;
 constexpr int32_t kChunkSlots = 32 * kChunkGroups;
@@ -121,11 +123,10 @@ __device__ __forceinline__ void scatter_nvfp4(const BlockScaledProblem& p, const
 template <typename T, bool kSwizzled, bool kAligned>
 __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p) {
   using Format = FormatOf<BlockFormat::kNvfp4>;
-  constexpr int kWarps = kMxThreads / 32;
   constexpr int64_t kScaleStep = kSwizzled ? 32 / 4 * 512 : 32;  // scale bytes 32 slots apart
 
   // Locate this warp's chunk and this lane's first slot
-  const int32_t unit = static_cast<int32_t>(blockIdx.x) * kWarps + static_cast<int32_t>(threadIdx.x) / 32;
+  const int32_t unit = static_cast<int32_t>(blockIdx.x) * kMxWarps + static_cast<int32_t>(threadIdx.x) / 32;
   const int32_t r = static_cast<int32_t>(p.row_chunks.divide(static_cast<uint32_t>(unit)));
   const int32_t c = (unit - r * p.chunks) * kChunkSlots + static_cast<int32_t>(threadIdx.x) % 32;
   const int64_t b = blockIdx.y;
@@ -251,8 +252,7 @@ fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cuda
     problem.chunks = (problem.slots + kChunkSlots - 1) / kChunkSlots;
     problem.chunk_units = problem.rows * problem.chunks;  // at most units: no overflow
     problem.row_chunks = FastDivisor(static_cast<uint32_t>(problem.chunks));
-    constexpr int kWarps = kMxThreads / 32;
-    grid = dim3((problem.chunk_units + kWarps - 1) / kWarps, problem.batch);
+    grid = dim3((problem.chunk_units + kMxWarps - 1) / kMxWarps, problem.batch);
   } else {
     constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
     grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);

@@ -50,10 +50,10 @@ struct BlockScaledProblem : MoeSource {
 
   // NVFP4's plain rows go in chunks, a warp each, in launches past one wave of the device's
   // threads (block_scaled_quant.cuh); the launcher sets the chunks' fields
-  int32_t sm_count;        // streaming multiprocessors of the device
   int32_t chunks;          // chunks a row: slots / kChunkSlots, rounded up
   int32_t chunk_units;     // rows * chunks: the warps of one batch
   FastDivisor row_chunks;  // chunks
+  int32_t sm_count;        // streaming multiprocessors of the device
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(block_scaled_quant, BlockScaledProblem)
