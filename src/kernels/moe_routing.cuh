@@ -2,12 +2,26 @@
 // expert in flat order gets rank i: row, token, masked row; the expert's padding rows and the
 // rows past M_sum are marked -1, and a bound that was too small is reported in the status word.
 //
-// Up to kOneKernelExperts experts: one kernel. Every block counts all the slots per run in shared memory
-// (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
-// walking them again (ranks within a step from ballots), and marks the rows that hold no token
-// of its share: the padding rows of the experts dealt to its warps, and a slice of the rows past
-// M_sum. The blocks repeat the counting (the ids, L2-resident: 512 KiB at t = 16384, k = 8) so
-// that no block waits for another; the work grows with blocks * slots.
+// Up to kOneKernelExperts experts, two shapes by slot count, both built from the same pieces
+// (per-run counts in shared memory, their scan, the ballot-ranked placement, the row marking):
+//
+// Below kChunkedSlots: one kernel. Every block counts all the slots per run in shared memory
+//   (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
+//   walking them again (ranks within a step from ballots), and marks the rows that hold no token
+//   of its share: the padding rows of the experts dealt to its warps, and a slice of the rows
+//   past M_sum. The blocks repeat the counting (the ids, L2-resident) so that no block waits for
+//   another; the work grows with blocks * slots.
+// From kChunkedSlots: three kernels over chunks of at least kChunkSlots slots, one block each,
+//   so that each slot is counted and placed once:
+//   chunk count  each block counts its chunk's slots per expert;
+//   chunk scan   one block sums the chunks' counts per expert, turns them into each chunk's
+//                slots before it (an exclusive prefix over chunks), and scans the aligned counts
+//                into the first rows, the counts and the status;
+//   chunk place  each block counts its chunk's slots per run, adds the chunk's prefix, places
+//                them, and marks its share of the rows that hold no token.
+//   The per-chunk counts live in inv_perm, the output the placement writes last: chunk c's
+//   counts in its own first `experts` slots (a chunk holds at least kChunkSlots >= experts),
+//   which only chunk c's block overwrites, after it has read them.
 //
 // More experts: two kernels.
 //   count   one block per local expert counts its slots (counts[e]);
@@ -22,7 +36,7 @@
 // experts * slots.
 //
 // Programmatic dependent launch: nothing touches global memory before griddepcontrol.wait
-// (docs/kernels.md); the placement kernel's wait also orders it after the count kernel.
+// (docs/kernels.md); each kernel's wait also orders it after the routing kernels before it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,6 +56,37 @@ namespace fp8quant::kernels {
 constexpr int kRoutingThreads = 1024;
 constexpr int kRoutingWarps = kRoutingThreads / 32;
 
+constexpr int32_t kOneKernelExperts = 512;  // the per-run counts fit shared memory
+constexpr int32_t kOneKernelRowsPerBlock = 1024;
+constexpr int32_t kOneKernelMaxBlocks = 128;
+// Dynamic shared memory a routing kernel takes without opting in to more (the default limit is
+// 48 KiB with its static arrays; 256 experts' per-run counts fit)
+constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
+
+// Chunks: from kChunkedSlots slots on (where the one kernel's count and walk, which every block
+// repeats over all the slots, cost more than two more launches), the slots are cut into
+// routing_chunks(slots) chunks of routing_chunk_slots(slots), the last one taking the remainder
+// too: at most kMaxChunks, each at least kChunkSlots.
+constexpr int32_t kChunkedSlots = 8192;
+constexpr int32_t kChunkSlots = 1024;
+constexpr int32_t kMaxChunks = 128;
+static_assert(kChunkSlots >= kOneKernelExperts, "a chunk's counts fit in its own first slots");
+static_assert(kChunkedSlots >= kChunkSlots, "a chunked routing has a chunk");
+
+__host__ __device__ __forceinline__ int32_t routing_chunk_slots(int32_t slots) {
+  const int32_t even = ((slots + kMaxChunks - 1) / kMaxChunks + 31) / 32 * 32;
+  return even > kChunkSlots ? even : kChunkSlots;
+}
+__host__ __device__ __forceinline__ int32_t routing_chunks(int32_t slots) { return slots / routing_chunk_slots(slots); }
+
+// Which routing takes `p`: the one kernel, the three chunk kernels, or (more experts) the count
+// and place kernels.
+enum class RoutingShape { kOneKernel, kChunks, kPerExpert };
+inline RoutingShape routing_shape(const RoutingProblem& p) {
+  if (p.experts > kOneKernelExperts) return RoutingShape::kPerExpert;
+  return p.slots < kChunkedSlots ? RoutingShape::kOneKernel : RoutingShape::kChunks;
+}
+
 // The local expert of slot s, or -1 for a dropped slot.
 template <typename IdT>
 __device__ __forceinline__ int64_t local_expert(const RoutingProblem& p, int32_t s) {
@@ -50,24 +95,35 @@ __device__ __forceinline__ int64_t local_expert(const RoutingProblem& p, int32_t
   return id < 0 || e < 0 || e >= p.experts ? -1 : e;
 }
 
-// This warp's run of slots, [begin, end): whole steps of 32, the last run cut at the end.
+// Slots [begin, end): a block's share, or a warp's run of it.
 struct Run {
   int32_t begin, end;
 };
-__device__ __forceinline__ int32_t run_slots(const RoutingProblem& p) {
-  return (p.slots + kRoutingThreads - 1) / kRoutingThreads * 32;
+
+// Chunk c of the chunked routing.
+__device__ __forceinline__ Run routing_chunk(const RoutingProblem& p, int32_t c) {
+  const int32_t size = routing_chunk_slots(p.slots);
+  return {c * size, c == routing_chunks(p.slots) - 1 ? p.slots : (c + 1) * size};
 }
-__device__ __forceinline__ Run warp_run(const RoutingProblem& p) {
-  const int32_t per = run_slots(p);
-  const int32_t begin = min(static_cast<int32_t>(threadIdx.x / 32) * per, p.slots);
-  return {begin, min(begin + per, p.slots)};
+
+// This warp's run of the block's slots `all`: whole steps of 32, the last run cut at the end.
+__device__ __forceinline__ int32_t run_slots(Run all) {
+  return (all.end - all.begin + kRoutingThreads - 1) / kRoutingThreads * 32;
+}
+__device__ __forceinline__ Run warp_run(Run all) {
+  const int32_t per = run_slots(all);
+  const int32_t begin = all.begin + min(static_cast<int32_t>(threadIdx.x / 32) * per, all.end - all.begin);
+  return {begin, begin + min(per, all.end - begin)};
 }
 
 // Runs that hold slots: the first ones, at most kRoutingWarps (none without slots; no sum that
 // could pass INT32_MAX for slots near it).
-__device__ __forceinline__ int32_t nonempty_runs(const RoutingProblem& p) {
-  return p.slots == 0 ? 0 : (p.slots - 1) / run_slots(p) + 1;
+__device__ __forceinline__ int32_t nonempty_runs(Run all) {
+  return all.end == all.begin ? 0 : (all.end - all.begin - 1) / run_slots(all) + 1;
 }
+
+// Every slot.
+__device__ __forceinline__ Run all_slots(const RoutingProblem& p) { return {0, p.slots}; }
 
 // No slot: a lane past the end of its run.
 constexpr int64_t kNoSlot = -2;
@@ -128,6 +184,8 @@ __device__ __forceinline__ void drop_slot(const RoutingProblem& p, int32_t s) {
   if (p.masked_row != nullptr) p.masked_row[s] = -1;
 }
 
+// --- The count and place kernels (more than kOneKernelExperts experts) ------------------------
+
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_count_kernel(const __grid_constant__ RoutingProblem p) {
   __shared__ int64_t partial[kRoutingWarps];
@@ -139,7 +197,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_count_kernel(const __grid
 
   // Count this expert's slots
   int64_t mine = 0;
-  for_each_step<IdT>(p, warp_run(p), [&](int32_t, int64_t x) { mine += x == e; });
+  for_each_step<IdT>(p, warp_run(all_slots(p)), [&](int32_t, int64_t x) { mine += x == e; });
   const int64_t count = block_reduce<kRoutingWarps, true>(mine, SumOp{}, partial);
   if (threadIdx.x == 0) {
     p.counts[e] = static_cast<int32_t>(count);
@@ -153,7 +211,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   __shared__ int32_t warp_totals[kRoutingWarps];
   const int32_t e = blockIdx.x;  // == p.experts: the block of dropped slots and trailing rows
   const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const Run run = warp_run(p);
+  const Run run = warp_run(all_slots(p));
 
   // Wait for the count kernel
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -210,20 +268,20 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_place_kernel(const __grid
   }
 }
 
-constexpr int32_t kOneKernelExperts = 512;  // the per-run counts fit shared memory
-constexpr int32_t kOneKernelRowsPerBlock = 1024;
-// Dynamic shared memory the one-kernel routing takes without opting in to more (the default limit
-// is 48 KiB with its static arrays; 256 experts' counts fit)
-constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
-constexpr int32_t kOneKernelMaxBlocks = 128;
+// --- Pieces of the one-kernel and chunk routings (up to kOneKernelExperts experts) ------------
 
-// Whether the one-kernel routing takes `p`.
-inline bool routing_in_one_kernel(const RoutingProblem& p) { return p.experts <= kOneKernelExperts; }
-
-// Dynamic shared memory of the one-kernel routing: the per-run counts, kRoutingWarps x experts.
+// Dynamic shared memory of the per-run counts, kRoutingWarps x experts.
 inline size_t routing_counts_bytes(const RoutingProblem& p) {
   return size_t{kRoutingWarps} * static_cast<size_t>(p.experts) * sizeof(uint32_t);
 }
+
+// The shared memory of a block that counts per run and places: the per-run counts (dynamic),
+// then the experts' first rows ([experts]: M_sum) and counts.
+struct PlacementSmem {
+  uint32_t* run_counts;  // [kRoutingWarps][experts]: per run; after the scan, the expert's slots before the run
+  int64_t* first;        // [experts + 1]
+  int32_t* count;        // [experts]
+};
 
 // The lanes of the warp whose expert equals x (x in [kNoSlot, kOneKernelExperts)): one ballot
 // per bit of x - kNoSlot.
@@ -241,47 +299,46 @@ __device__ __forceinline__ unsigned lanes_with_expert(int64_t x) {
   return peers;
 }
 
-template <class Arch, typename IdT>
-__global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
-  extern __shared__ uint32_t run_counts[];  // [kRoutingWarps][experts]: per run; after the scan, in the runs before
-  __shared__ int64_t first[kOneKernelExperts + 1];  // first row of each expert; [experts]: M_sum
-  __shared__ int32_t count[kOneKernelExperts];
-  __shared__ int64_t warp_sums[kRoutingWarps];
-  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned lanes_before = (1u << lane) - 1u;
-  const Run run = warp_run(p);
-  const int32_t runs = nonempty_runs(p);
-  uint32_t* const earlier = run_counts + warp * p.experts;  // this warp's run
-  if (warp < runs) {
-    for (int32_t e = lane; e < p.experts; e += 32) earlier[e] = 0;
+// Zero this warp's per-run counts, if its run holds slots (shared memory only: before the wait).
+__device__ __forceinline__ void zero_run_counts(const RoutingProblem& p, uint32_t* mine, int32_t runs) {
+  if (static_cast<int32_t>(threadIdx.x / 32) < runs) {
+    for (int32_t e = threadIdx.x % 32; e < p.experts; e += 32) mine[e] = 0;
   }
   __syncwarp();
+}
 
-  // Wait for the previous kernel's writes; let the next kernel launch
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-
-  // Count each run's slots per expert (shared atomics)
+// Count the run's slots per expert into this warp's counts (shared atomics).
+template <typename IdT>
+__device__ __forceinline__ void count_run(const RoutingProblem& p, Run run, uint32_t* mine) {
   for_each_step<IdT>(p, run, [&](int32_t, int64_t x) {
-    if (x >= 0) atomicAdd(&earlier[x], 1u);
+    if (x >= 0) atomicAdd(&mine[x], 1u);
   });
-  __syncthreads();
+}
 
-  // Count each expert; per run, keep its slots in the runs before
+// Per expert e, replace each run's count by the expert's slots before the run, starting from
+// before(e); total(e, sum) gets the sum past the last run. After the runs are counted (a barrier).
+template <class Before, class Total>
+__device__ __forceinline__ void scan_runs(const RoutingProblem& p, uint32_t* run_counts, int32_t runs, Before&& before,
+                                          Total&& total) {
   for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) {
-    uint32_t total = 0;
+    uint32_t sum = before(e);
     for (int w = 0; w < runs; ++w) {
       const uint32_t c = run_counts[w * p.experts + e];
-      run_counts[w * p.experts + e] = total;
-      total += c;
+      run_counts[w * p.experts + e] = sum;
+      sum += c;
     }
-    count[e] = total;
+    total(e, sum);
   }
-  __syncthreads();
+}
 
-  // Scan the aligned counts: first rows (one expert per thread)
+// Scan the aligned counts into the first rows (one expert per thread; smem.count complete: a
+// barrier before), and with `store` write the counts, the first rows and the status. Returns
+// M_sum. Every thread calls it (it has barriers).
+__device__ __forceinline__ int64_t scan_first_rows(const RoutingProblem& p, PlacementSmem smem, int64_t* warp_sums,
+                                                   bool store) {
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t e = threadIdx.x;
-  int64_t rows_through = e < p.experts ? (int64_t{count[e]} + p.align - 1) / p.align * p.align : 0;
+  int64_t rows_through = e < p.experts ? (int64_t{smem.count[e]} + p.align - 1) / p.align * p.align : 0;
 #pragma unroll
   for (int offset = 1; offset < 32; offset *= 2) {
     const int64_t v = __shfl_up_sync(kFullMask, rows_through, offset);
@@ -291,17 +348,15 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
   __syncthreads();
   if (e < p.experts) {
     for (int w = 0; w < warp; ++w) rows_through += warp_sums[w];
-    first[e + 1] = rows_through;
+    smem.first[e + 1] = rows_through;
   }
-  if (e == 0) first[0] = 0;
-  const bool max_m_overflow = __syncthreads_or(p.masked_row != nullptr && e < p.experts && count[e] > p.max_m);
-  const int64_t m_sum = first[p.experts];
-
-  // Counts, first rows and status (block 0)
-  if (blockIdx.x == 0) {
+  if (e == 0) smem.first[0] = 0;
+  const bool max_m_overflow = __syncthreads_or(p.masked_row != nullptr && e < p.experts && smem.count[e] > p.max_m);
+  const int64_t m_sum = smem.first[p.experts];
+  if (store) {
     if (e < p.experts) {
-      p.counts[e] = count[e];
-      p.row_offsets[e] = clamp_row(first[e]);
+      p.counts[e] = smem.count[e];
+      p.row_offsets[e] = clamp_row(smem.first[e]);
     }
     if (e == 0) {
       p.row_offsets[p.experts] = clamp_row(m_sum);
@@ -309,30 +364,38 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
                   (max_m_overflow ? FP8QUANT_ROUTING_MAX_M_OVERFLOW : 0);
     }
   }
+  return m_sum;
+}
 
-  // Place the slots of the runs this block owns, in order (the status has the bounds already)
-  if (warp % gridDim.x == blockIdx.x) {
-    bool rows_overflow = false, m_overflow = false;
-    for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
-      const unsigned peers = lanes_with_expert(x);
-      if (x >= 0) {
-        place_slot(p, s, static_cast<int32_t>(x), first[x], int64_t{earlier[x]} + __popc(peers & lanes_before),
-                   rows_overflow, m_overflow);
-      } else if (x == -1) {
-        drop_slot(p, s);
-      }
-      __syncwarp();
-      if (x >= 0 && lane == __ffs(peers) - 1) earlier[x] += __popc(peers);
-      __syncwarp();
-    });
-  }
+// Place the run's slots in order, ranked from the warp's counts of the slots before the run
+// (`earlier`, advanced as it goes). The status has the bounds already (scan_first_rows).
+template <typename IdT>
+__device__ __forceinline__ void place_run(const RoutingProblem& p, Run run, PlacementSmem smem, uint32_t* earlier) {
+  const int32_t lane = threadIdx.x % 32;
+  const unsigned lanes_before = (1u << lane) - 1u;
+  bool rows_overflow = false, max_m_overflow = false;
+  for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
+    const unsigned peers = lanes_with_expert(x);
+    if (x >= 0) {
+      place_slot(p, s, static_cast<int32_t>(x), smem.first[x], int64_t{earlier[x]} + __popc(peers & lanes_before),
+                 rows_overflow, max_m_overflow);
+    } else if (x == -1) {
+      drop_slot(p, s);
+    }
+    __syncwarp();
+    if (x >= 0 && lane == __ffs(peers) - 1) earlier[x] += __popc(peers);
+    __syncwarp();
+  });
+}
 
-  // Mark the rows that hold no token: the padding rows of each expert (one warp an expert, the
-  // experts dealt round robin to the warps of all blocks), and this block's slice of the rows past
-  // M_sum
+// Mark the rows that hold no token, this block's share: the padding rows of each expert (one warp
+// an expert, the experts dealt round robin to the warps of all blocks), and this block's slice of
+// the rows past M_sum.
+__device__ __forceinline__ void mark_rows_without_token(const RoutingProblem& p, PlacementSmem smem, int64_t m_sum) {
+  const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int32_t x = blockIdx.x * kRoutingWarps + warp; x < p.experts; x += gridDim.x * kRoutingWarps) {
-    const int64_t end = min(first[x + 1], int64_t{p.rows});
-    for (int64_t r = first[x] + count[x] + lane; r < end; r += 32) {
+    const int64_t end = min(smem.first[x + 1], int64_t{p.rows});
+    for (int64_t r = smem.first[x] + smem.count[x] + lane; r < end; r += 32) {
       p.m_indices[r] = -1;
       p.row_token[r] = -1;
     }
@@ -346,36 +409,202 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
   }
 }
 
+// --- The one kernel ---------------------------------------------------------------------------
+
+template <class Arch, typename IdT>
+__global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid_constant__ RoutingProblem p) {
+  extern __shared__ uint32_t run_counts[];
+  __shared__ int64_t first[kOneKernelExperts + 1];
+  __shared__ int32_t count[kOneKernelExperts];
+  __shared__ int64_t warp_sums[kRoutingWarps];
+  const PlacementSmem smem{run_counts, first, count};
+  const int32_t warp = threadIdx.x / 32;
+  const Run run = warp_run(all_slots(p));
+  const int32_t runs = nonempty_runs(all_slots(p));
+  uint32_t* const earlier = run_counts + warp * p.experts;  // this warp's run
+  zero_run_counts(p, earlier, runs);
+
+  // Wait for the previous kernel's writes; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Count each run's slots per expert; count each expert, and per run keep its slots in the runs
+  // before
+  count_run<IdT>(p, run, earlier);
+  __syncthreads();
+  scan_runs(p, run_counts, runs, [](int32_t) { return 0u; }, [&](int32_t e, uint32_t total) { count[e] = total; });
+  __syncthreads();
+
+  // First rows; counts, first rows and status (block 0)
+  const int64_t m_sum = scan_first_rows(p, smem, warp_sums, blockIdx.x == 0);
+
+  // Place the slots of the runs this block owns; mark its share of the rows without a token
+  if (warp % gridDim.x == blockIdx.x) place_run<IdT>(p, run, smem, earlier);
+  mark_rows_without_token(p, smem, m_sum);
+}
+
+// --- The chunk kernels ------------------------------------------------------------------------
+
+// Chunk c's counts per expert, in its first slots of inv_perm (after the chunk scan: the slots of
+// each expert in the chunks before c).
+__device__ __forceinline__ int32_t* chunk_counts(const RoutingProblem& p, int32_t c) {
+  return p.inv_perm + int64_t{c} * routing_chunk_slots(p.slots);
+}
+
+template <class Arch, typename IdT>
+__global__ void __launch_bounds__(kRoutingThreads) moe_chunk_count_kernel(const __grid_constant__ RoutingProblem p) {
+  __shared__ uint32_t count[kOneKernelExperts];
+  const Run chunk = routing_chunk(p, blockIdx.x);
+  for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) count[e] = 0;
+  __syncthreads();
+
+  // Wait for the previous kernel's writes; let the chunk scan launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Count the chunk's slots per expert (shared atomics); store the counts
+  for (int32_t s = chunk.begin + threadIdx.x; s < chunk.end; s += kRoutingThreads) {
+    const int64_t x = local_expert<IdT>(p, s);
+    if (x >= 0) atomicAdd(&count[x], 1u);
+  }
+  __syncthreads();
+  int32_t* const counts = chunk_counts(p, blockIdx.x);
+  for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) counts[e] = static_cast<int32_t>(count[e]);
+}
+
+template <class Arch>
+__global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const __grid_constant__ RoutingProblem p) {
+  __shared__ uint32_t part_sums[kRoutingThreads];  // [parts][experts]
+  __shared__ int64_t first[kOneKernelExperts + 1];
+  __shared__ int32_t count[kOneKernelExperts];
+  __shared__ int64_t warp_sums[kRoutingWarps];
+  // Thread (part j, expert e) takes expert e's counts in chunks [j * chunks / parts, (j + 1) *
+  // chunks / parts): at least two parts an expert
+  const int32_t chunks = routing_chunks(p.slots);
+  const int32_t parts = kRoutingThreads / p.experts;
+  const int32_t e = threadIdx.x % p.experts, part = threadIdx.x / p.experts;
+  const int32_t c_begin = static_cast<int32_t>(int64_t{part} * chunks / parts);
+  const int32_t c_end = static_cast<int32_t>(int64_t{part + 1} * chunks / parts);
+  const bool active = part < parts;
+
+  // Wait for the chunk counts; let the chunk placement launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Sum this part's chunk counts
+  uint32_t sum = 0;
+  if (active) {
+#pragma unroll 4
+    for (int32_t c = c_begin; c < c_end; ++c) sum += static_cast<uint32_t>(chunk_counts(p, c)[e]);
+    part_sums[threadIdx.x] = sum;
+  }
+  __syncthreads();
+
+  // Count each expert; each chunk's counts become the expert's slots in the chunks before it
+  if (active) {
+    uint32_t before = 0, total = 0;
+    for (int32_t j = 0; j < parts; ++j) {
+      const uint32_t c = part_sums[j * p.experts + e];
+      before += j < part ? c : 0u;
+      total += c;
+    }
+    if (part == 0) count[e] = static_cast<int32_t>(total);
+    constexpr int kBatch = 8;  // loads in flight
+    for (int32_t c0 = c_begin; c0 < c_end; c0 += kBatch) {
+      uint32_t mine[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i)
+        mine[i] = c0 + i < c_end ? static_cast<uint32_t>(chunk_counts(p, c0 + i)[e]) : 0u;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        if (c0 + i < c_end) chunk_counts(p, c0 + i)[e] = static_cast<int32_t>(before);
+        before += mine[i];
+      }
+    }
+  }
+  __syncthreads();
+
+  // First rows; counts, first rows and status
+  scan_first_rows(p, PlacementSmem{nullptr, first, count}, warp_sums, true);
+}
+
+template <class Arch, typename IdT>
+__global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const __grid_constant__ RoutingProblem p) {
+  extern __shared__ uint32_t run_counts[];
+  __shared__ int64_t first[kOneKernelExperts + 1];
+  __shared__ int32_t count[kOneKernelExperts];
+  const PlacementSmem smem{run_counts, first, count};
+  const Run chunk = routing_chunk(p, blockIdx.x);
+  const Run run = warp_run(chunk);
+  const int32_t runs = nonempty_runs(chunk);
+  uint32_t* const earlier = run_counts + threadIdx.x / 32 * p.experts;  // this warp's run
+  zero_run_counts(p, earlier, runs);
+
+  // Wait for the chunk scan; let the next kernel launch
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+
+  // Count each run's slots per expert; the experts' first rows and counts
+  count_run<IdT>(p, run, earlier);
+  for (int32_t e = threadIdx.x; e <= p.experts; e += kRoutingThreads) {
+    first[e] = p.row_offsets[e];  // clamped to int32 past the rows: places and marks nothing there either
+    if (e < p.experts) count[e] = p.counts[e];
+  }
+  __syncthreads();
+
+  // Per run, the expert's slots before it: in the chunks before, then in the runs before. Read
+  // the chunk's counts before any placement overwrites them (a barrier)
+  const int32_t* const chunks_before = chunk_counts(p, blockIdx.x);
+  scan_runs(
+      p, run_counts, runs, [&](int32_t e) { return static_cast<uint32_t>(chunks_before[e]); },
+      [](int32_t, uint32_t) {});
+  __syncthreads();
+
+  // Place the run's slots; mark this block's share of the rows without a token
+  place_run<IdT>(p, run, smem, earlier);
+  mark_rows_without_token(p, smem, first[p.experts]);
+}
+
+// Let `kernel` take the per-run counts of `problem` in dynamic shared memory: past the default
+// limit, opt in, on the current device (so at every launch), to the most any launch takes (so that
+// no other thread's launch lowers it between this one's two calls).
+template <class Kernel>
+fp8quant_status_t allow_run_counts(Kernel kernel, const RoutingProblem& problem) {
+  if (routing_counts_bytes(problem) <= kDefaultMaxDynamicSmem) return FP8QUANT_SUCCESS;
+  constexpr int kMaxSmem = kRoutingWarps * kOneKernelExperts * sizeof(uint32_t);
+  return cuda_error(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem),
+                    "cudaFuncSetAttribute");
+}
+
 // Launch the routing kernels for `problem` on `stream`.
 template <class Arch>
 fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t stream) {
   return FP8QUANT_DISPATCH_BOOL(problem.int64_ids, kInt64, [&] {
     using IdT = std::conditional_t<kInt64, int64_t, int32_t>;
-    if (routing_in_one_kernel(problem)) {
-      const auto kernel = moe_route_kernel<Arch, IdT>;
-      const int64_t blocks = std::clamp<int64_t>(
-          (int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock, 1, kOneKernelMaxBlocks);
-      const size_t smem = routing_counts_bytes(problem);
-      if (smem > kDefaultMaxDynamicSmem) {
-        // Past the default limit: opt in, on the current device (so at every launch), to the most
-        // any launch takes (so that no other thread's launch lowers it between this one's two calls)
-        constexpr int kMaxSmem = kRoutingWarps * kOneKernelExperts * sizeof(uint32_t);
-        FP8QUANT_RETURN_IF_ERROR(
-            cuda_error(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem),
-                       "cudaFuncSetAttribute"));
-      }
+    const auto launch = [&](auto kernel, int64_t blocks, size_t smem = 0) {
       return cuda_error(launch_with_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRoutingThreads), stream,
                                         problem, problem.pdl, smem),
                         "kernel launch");
+    };
+    const size_t run_counts = routing_counts_bytes(problem);
+    const RoutingShape shape = routing_shape(problem);
+    if (shape == RoutingShape::kOneKernel) {
+      const auto kernel = moe_route_kernel<Arch, IdT>;
+      const int64_t blocks = std::clamp<int64_t>(
+          (int64_t{problem.rows} + kOneKernelRowsPerBlock - 1) / kOneKernelRowsPerBlock, 1, kOneKernelMaxBlocks);
+      FP8QUANT_RETURN_IF_ERROR(allow_run_counts(kernel, problem));
+      return launch(kernel, blocks, run_counts);
     }
-    const auto count = moe_count_kernel<Arch, IdT>;
-    const auto place = moe_place_kernel<Arch, IdT>;
-    FP8QUANT_RETURN_IF_ERROR(
-        cuda_error(launch_with_pdl(count, dim3(problem.experts), dim3(kRoutingThreads), stream, problem, problem.pdl),
-                   "kernel launch"));
-    return cuda_error(
-        launch_with_pdl(place, dim3(problem.experts + 1), dim3(kRoutingThreads), stream, problem, problem.pdl),
-        "kernel launch");
+    if (shape == RoutingShape::kChunks) {
+      const auto place = moe_chunk_place_kernel<Arch, IdT>;
+      const int32_t chunks = routing_chunks(problem.slots);
+      FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place, problem));
+      FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_count_kernel<Arch, IdT>, chunks));
+      FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_scan_kernel<Arch>, 1));
+      return launch(place, chunks, run_counts);
+    }
+    FP8QUANT_RETURN_IF_ERROR(launch(moe_count_kernel<Arch, IdT>, problem.experts));
+    return launch(moe_place_kernel<Arch, IdT>, problem.experts + 1);
   });
 }
 

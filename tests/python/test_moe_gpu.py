@@ -90,14 +90,17 @@ def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0, side_strea
     check(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
 
 
-def test_routing_side_stream(gen):
-    ids = torch.randint(-1, 512, (300, 8), generator=gen, device="cuda", dtype=torch.int32)
-    check_routing(ids, 256, max_m=300, side_stream=True)
+@pytest.mark.parametrize("t", [300, 4096])  # one kernel, three chunk kernels
+def test_routing_side_stream(t, gen):
+    ids = torch.randint(-1, 512, (t, 8), generator=gen, device="cuda", dtype=torch.int32)
+    check_routing(ids, 256, max_m=t, side_stream=True)
 
 
-# One kernel takes e <= 512 experts, two kernels the rest: e = 512 / 513 sit on the boundary (7: an
-# odd count); t = 8191 and 8192 at k = 8 are the largest (65528 and 65536 slots, past 16-bit
-# counts); the loose bound spreads the rows over blocks.
+# Up to 512 experts one kernel takes fewer than 8192 slots and three chunk kernels the rest (t =
+# 8191 and 8192 at k = 1 sit on that boundary; 65528 slots end in a longer last chunk), two
+# kernels take more experts: e = 512 / 513 sit on that boundary (7: an odd count); t = 8191 and
+# 8192 at k = 8 are the largest (65528 and 65536 slots, past 16-bit counts); the loose bound
+# spreads the rows over blocks.
 @pytest.mark.parametrize("e", [7, 8, 256, 512, 513])
 @pytest.mark.parametrize("k", [1, 2, 8])
 @pytest.mark.parametrize("t", [0, 1, 7, 4096, 8191, 8192])
@@ -107,7 +110,16 @@ def test_routing(t, k, e, gen):
     check_routing(ids.long(), e, rows=t * k + e * 128 + 5)  # int64 ids, a loose bound: trailing rows
 
 
-@pytest.mark.parametrize("e", [8, 513])  # one kernel, two kernels
+# Chunks past the least size (kChunkSlots = 1024, at most 128 chunks): 131073 slots in chunks of
+# 1056 and a last one of 1185; 147789 in 1184 and 2157
+@pytest.mark.parametrize(("t", "k"), [(131073, 1), (16421, 9)])
+@pytest.mark.parametrize("e", [7, 256, 512])
+def test_routing_large_chunks(t, k, e, gen):
+    ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
+    check_routing(ids, e, offset=e // 2, max_m=t)
+
+
+@pytest.mark.parametrize("e", [8, 513])  # chunk kernels, two kernels
 @pytest.mark.parametrize("slots", [65535, 65536])
 def test_routing_every_slot_to_one_expert(slots, e, gen):
     """Every slot on one expert: its per-run counts and their prefix reach 2^16 - 1 and 2^16 (past
@@ -147,7 +159,8 @@ def test_routing_public_call_and_bounds(gen):
     assert r.m_indices.numel() == 100 and int(r.inv_perm.max()) < 100 and int(r.masked_row.max()) < 16 * 10
 
 
-# One kernel (at 384 experts with more than the default shared memory; at 65536 slots), two kernels
+# One kernel (at 384 experts with more than the default shared memory), chunk kernels (65536
+# slots), two kernels
 @pytest.mark.parametrize(("t", "e"), [(64, 16), (64, 384), (8192, 16), (64, 513)])
 def test_routing_in_a_graph(t, e, gen):
     ids = torch.randint(-1, e, (t, 8), generator=gen, device="cuda", dtype=torch.int32)

@@ -87,14 +87,16 @@ def run_cases() -> tuple[int, int]:
     for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
         failures += not check_dispatch(t, k, e, layout, gen)
         cases += 1
-    # One kernel up to 512 experts (the last with 65536 slots), two kernels past; the third and the
-    # last overflow both bounds
+    # One kernel up to 512 experts below 8192 slots, three chunk kernels from 8192 (the last case's
+    # chunks hold 1056 slots), two kernels past 512 experts; the third and the fifth overflow both
+    # bounds
     for t, k, e, rows, max_m in (
         (0, 8, 8, 0, 0),
         (7, 2, 8, 2000, 14),
         (4096, 8, 256, 20000, 60),
         (5, 8, 513, 70000, 5),
         (8192, 8, 16, 30000, 100),
+        (131073, 1, 256, 131073 + 256 * 127, 1024),
     ):
         failures += not check_routing(t, k, e, rows, max_m, gen)
         cases += 1
