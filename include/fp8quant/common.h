@@ -4,7 +4,9 @@
  *
  * Every fp8quant function returns an ::fp8quant_status_t. On failure,
  * fp8quant_last_error() returns a message that names the offending argument; it is kept per
- * thread until the next failing call on that thread.
+ * thread until the next failing call on that thread. A call refused by validation launches
+ * nothing; one that fails at a launch may have launched the kernels before it (an operation of
+ * several kernels), so the contents of its outputs are then unspecified.
  *
  * Validation follows one rule in every function. Every value (dtypes, layouts and the other
  * enums, sizes, eps, strides) is checked on every call, an empty one included. A pointer is
