@@ -6,7 +6,7 @@
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
 #      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 150 group-quantization, 14 weight, 5
-#      scale-transform, 6 MoE-combine, 6 MoE-routing, 64 + 24 RMSNorm and 84 block-scaled kernels
+#      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 84 block-scaled kernels
 #      each, and Blackwell's e2m1 / ue8m0 conversion instructions in the sm_100 block-scaled ones;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
@@ -73,15 +73,15 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #     gather) at group size 128 only: 2 x 3 dtypes x 5 x 2 = 60;
     #   per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned;
     #   scale_transform: convert and unpack x (row, MN-major destination), pack (MN-major);
-    #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place x (int32,
-    #   int64 ids); rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats);
+    #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place, chunk count
+    #   and chunk place x (int32, int64 ids), and the chunk scan; rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats);
     #   rms_norm_block_scaled: 2 dtypes x residual x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x (row, swizzled);
     #   block_scaled_quant: (x's rows, SiLU-and-mul) x 3 dtypes x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x
     #     (row, swizzled) x aligned = 72, plus NVFP4's dispatch and its rows in chunks: 2 x 3 dtypes x
     #     2 layouts x aligned
     counts=""
     for spec in per_token_group_quant_kernel:150 per_block_quant_kernel:14 scale_transform_kernel:5 \
-                moe_combine_kernel:6 "moe_(route|count|place)_kernel:6" rms_norm_kernel:64 \
+                moe_combine_kernel:6 "moe_(route|count|place|chunk_count|chunk_scan|chunk_place)_kernel:11" rms_norm_kernel:64 \
                 rms_norm_block_scaled_kernel:24 block_scaled_quant_kernel:96; do
       family=${spec%:*} expected=${spec##*:}
       n=$(grep -cE "$family.*\.$arch\." <<<"$listing")
