@@ -6,7 +6,7 @@
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
 #      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 150 group-quantization, 14 weight, 5
-#      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 84 block-scaled kernels
+#      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 96 block-scaled kernels
 #      each, and Blackwell's e2m1 / ue8m0 conversion instructions in the sm_100 block-scaled ones;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
