@@ -275,8 +275,8 @@ inline size_t routing_counts_bytes(const RoutingProblem& p) {
   return size_t{kRoutingWarps} * static_cast<size_t>(p.experts) * sizeof(uint32_t);
 }
 
-// The shared memory of a block that counts per run and places: the per-run counts (dynamic),
-// then the experts' first rows ([experts]: M_sum) and counts.
+// The shared arrays of a routing block: the per-run counts (dynamic shared memory; none in the
+// chunk scan), the experts' first rows ([experts]: M_sum) and their counts.
 struct PlacementSmem {
   uint32_t* run_counts;  // [kRoutingWarps][experts]: per run; after the scan, the expert's slots before the run
   int64_t* first;        // [experts + 1]
@@ -373,7 +373,7 @@ template <typename IdT>
 __device__ __forceinline__ void place_run(const RoutingProblem& p, Run run, PlacementSmem smem, uint32_t* earlier) {
   const int32_t lane = threadIdx.x % 32;
   const unsigned lanes_before = (1u << lane) - 1u;
-  bool rows_overflow = false, max_m_overflow = false;
+  bool rows_overflow = false, max_m_overflow = false;  // (unread: scan_first_rows stored the status)
   for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
     const unsigned peers = lanes_with_expert(x);
     if (x >= 0) {
