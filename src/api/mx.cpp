@@ -149,7 +149,6 @@ fp8quant_status_t block_scaled_quant(const void* x, fp8quant_dtype_t x_dtype, in
     FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, rows, source.in_rows * slots, kMaxUnits));
     problem.row_experts = row_experts ? out.row_experts : nullptr;
   }
-
   return fp8quant::launch_for_arch_with_sm_count(problem, stream, fp8quant::sm90::block_scaled_quant,
                                                  fp8quant::sm100::block_scaled_quant);
 }

@@ -5,13 +5,13 @@
 // Up to kOneKernelExperts experts, two shapes by slot count, both built from the same pieces
 // (per-run counts in shared memory, their scan, the ballot-ranked placement, the row marking):
 //
-// Below kChunkedSlots: one kernel. Every block counts all the slots per run in shared memory
+// Below kRoutingChunkedSlots: one kernel. Every block counts all the slots per run in shared memory
 //   (shared atomics) and scans the aligned counts; then it places the slots of the runs it owns,
 //   walking them again (ranks within a step from ballots), and marks the rows that hold no token
 //   of its share: the padding rows of the experts dealt to its warps, and a slice of the rows
 //   past M_sum. The blocks repeat the counting (the ids, L2-resident) so that no block waits for
 //   another; the work grows with blocks * slots.
-// From kChunkedSlots: three kernels over chunks of at least kChunkSlots slots, one block each,
+// From kRoutingChunkedSlots: three kernels over chunks of at least kRoutingChunkSlots slots, one block each,
 //   so that each slot is counted and placed once:
 //   chunk count  each block counts its chunk's slots per expert;
 //   chunk scan   one block sums the chunks' counts per expert, turns them into each chunk's
@@ -20,7 +20,7 @@
 //   chunk place  each block counts its chunk's slots per run, adds the chunk's prefix, places
 //                them, and marks its share of the rows that hold no token.
 //   The per-chunk counts live in inv_perm, the output the placement writes last: chunk c's
-//   counts in its own first `experts` slots (a chunk holds at least kChunkSlots >= experts),
+//   counts in its own first `experts` slots (a chunk holds at least kRoutingChunkSlots >= experts),
 //   which only chunk c's block overwrites, after it has read them.
 //
 // More experts: two kernels.
@@ -63,19 +63,19 @@ constexpr int32_t kOneKernelMaxBlocks = 128;
 // 48 KiB with its static arrays; 256 experts' per-run counts fit)
 constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
 
-// Chunks: from kChunkedSlots slots on (where the one kernel's count and walk, which every block
+// Chunks: from kRoutingChunkedSlots slots on (where the one kernel's count and walk, which every block
 // repeats over all the slots, cost more than two more launches), the slots are cut into
 // routing_chunks(slots) chunks of routing_chunk_slots(slots), the last one taking the remainder
-// too: at most kMaxChunks, each at least kChunkSlots.
-constexpr int32_t kChunkedSlots = 8192;
-constexpr int32_t kChunkSlots = 1024;
-constexpr int32_t kMaxChunks = 128;
-static_assert(kChunkSlots >= kOneKernelExperts, "a chunk's counts fit in its own first slots");
-static_assert(kChunkedSlots >= kChunkSlots, "a chunked routing has a chunk");
+// too: at most kRoutingMaxChunks, each at least kRoutingChunkSlots.
+constexpr int32_t kRoutingChunkedSlots = 8192;
+constexpr int32_t kRoutingChunkSlots = 1024;
+constexpr int32_t kRoutingMaxChunks = 128;
+static_assert(kRoutingChunkSlots >= kOneKernelExperts, "a chunk's counts fit in its own first slots");
+static_assert(kRoutingChunkedSlots >= kRoutingChunkSlots, "a chunked routing has a chunk");
 
 __host__ __device__ __forceinline__ int32_t routing_chunk_slots(int32_t slots) {
-  const int32_t even = ((slots + kMaxChunks - 1) / kMaxChunks + 31) / 32 * 32;
-  return even > kChunkSlots ? even : kChunkSlots;
+  const int32_t even = ((slots + kRoutingMaxChunks - 1) / kRoutingMaxChunks + 31) / 32 * 32;
+  return even > kRoutingChunkSlots ? even : kRoutingChunkSlots;
 }
 __host__ __device__ __forceinline__ int32_t routing_chunks(int32_t slots) { return slots / routing_chunk_slots(slots); }
 
@@ -84,7 +84,7 @@ __host__ __device__ __forceinline__ int32_t routing_chunks(int32_t slots) { retu
 enum class RoutingShape { kOneKernel, kChunks, kPerExpert };
 inline RoutingShape routing_shape(const RoutingProblem& p) {
   if (p.experts > kOneKernelExperts) return RoutingShape::kPerExpert;
-  return p.slots < kChunkedSlots ? RoutingShape::kOneKernel : RoutingShape::kChunks;
+  return p.slots < kRoutingChunkedSlots ? RoutingShape::kOneKernel : RoutingShape::kChunks;
 }
 
 // The local expert of slot s, or -1 for a dropped slot.
