@@ -67,7 +67,7 @@ constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
 // repeats over all the slots, cost more than two more launches), the slots are cut into
 // routing_chunks(slots) chunks of routing_chunk_slots(slots), the last one taking the remainder
 // too: at most kRoutingMaxChunks, each at least kRoutingChunkSlots.
-constexpr int32_t kRoutingChunkedSlots = 8192;
+constexpr int32_t kRoutingChunkedSlots = 16384;
 constexpr int32_t kRoutingChunkSlots = 1024;
 constexpr int32_t kRoutingMaxChunks = 128;
 static_assert(kRoutingChunkSlots >= kOneKernelExperts, "a chunk's counts fit in its own first slots");

@@ -96,8 +96,8 @@ def test_routing_side_stream(t, gen):
     check_routing(ids, 256, max_m=t, side_stream=True)
 
 
-# Up to 512 experts one kernel takes fewer than 8192 slots and three chunk kernels the rest (t =
-# 8191 and 8192 at k = 1 sit on that boundary; 65528 slots end in a longer last chunk), two
+# Up to 512 experts one kernel takes fewer than 16384 slots and three chunk kernels the rest (t =
+# 8191 and 8192 at k = 2 sit on that boundary; 65528 slots end in a longer last chunk), two
 # kernels take more experts: e = 512 / 513 sit on that boundary (7: an odd count); t = 8191 and
 # 8192 at k = 8 are the largest (65528 and 65536 slots, past 16-bit counts); the loose bound
 # spreads the rows over blocks.

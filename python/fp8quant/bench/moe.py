@@ -13,8 +13,9 @@ active experts' weight bytes at copy bandwidth, the bound of decode):
 - ``engines contiguous``, ``engines masked``: the engines' chain with DeepGEMM;
 - ``floor``: the active experts' weights at copy bandwidth.
 
-Op rows ("% copy" for the bytes of the rows that hold tokens): ``route+dispatch`` (moe_routing
-and moe_dispatch_quant, contiguous) beside ``engines quant+scatter``; ``silu masked`` and ``silu
+Op rows ("% copy" for the bytes of the rows that hold tokens): ``routing`` (moe_routing alone:
+ids read, the row maps written), ``dispatch`` (moe_dispatch_quant alone, on a routing made
+before), ``route+dispatch`` (both, contiguous) beside ``engines quant+scatter``; ``silu masked`` and ``silu
 contiguous`` (silu_mul_quant on the first GEMM's output) beside the engines' SiLU + quant; and
 ``combine`` beside ``engines gather``. The masked layout is timed up to T = 1024 (its buffers
 grow as E x T rows). Same method as the other modes: CUDA graphs of N calls over rotated input
@@ -89,6 +90,11 @@ def time_shape(
     nbytes = t * h * 2 + kept * (h + 4 * g) + 4 * t * TOP_K * 3
     est = max(timing.CALL_FLOOR_US, nbytes / (copy_gbps * 1e3))
     n = len(sets)
+    routings = [moe_routing(ids, EXPERTS, max_m_sum=bounds.max_m_sum) for _, ids, _ in sets]
+    add("routing", lambda i: moe_routing(sets[i][1], EXPERTS, max_m_sum=bounds.max_m_sum), 4 * kept * 3,
+        timing.CALL_FLOOR_US, n)  # fmt: skip
+    add("dispatch", lambda i: moe_dispatch_quant(sets[i][0], routings[i]), nbytes - 4 * kept * 2, est, n)
+    routings = None  # freed: the calls above ran
     add("route+dispatch", lambda i: moe_dispatch_quant(
         sets[i][0], moe_routing(sets[i][1], EXPERTS, max_m_sum=bounds.max_m_sum)), nbytes, est, n)  # fmt: skip
     add("engines quant+scatter", lambda i: engines.engine_scatter(
