@@ -123,10 +123,6 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.aligned = aligned16(x) && aligned16(q) && x_strides16 && q_strides16;
   problem.pdl = fp8quant::pdl_enabled();
   copy_source(problem, source);
-  if (fp8quant::short_column_tile(fp8quant::scale_order(scale_layout), source.kind, m)) {
-    problem.units = static_cast<int32_t>(m * slots);  // one tile of the real rows
-    problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(m * slots));
-  }
   if (source.kind == fp8quant::QuantSource::kScatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
     const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);

@@ -13,6 +13,8 @@ enum class Cache {
   kDefault,    // ld.global / st.global
   kReadOnly,   // ld.global.nc: data no thread of the kernel writes (inputs)
   kStreaming,  // ld.global.cs / st.global.cs: evict first, for data used once
+  kEvictLast,  // st.global with an L2 evict-last policy (4-byte stores): small outputs whose
+               // sectors scattered stores complete one word at a time while streams pass by
 };
 
 template <int kBytes>
@@ -62,6 +64,11 @@ struct Vec {
     static_assert(kCache != Cache::kReadOnly, "stores have no read-only form");
     if constexpr (kCache == Cache::kStreaming) {
       __stcs(p, v);
+    } else if constexpr (kCache == Cache::kEvictLast) {
+      static_assert(sizeof(V) == 4, "evict-last stores are 4 bytes");
+      uint64_t policy;
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+      asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(p), "r"(v), "l"(policy) : "memory");
     } else {
       *p = v;
     }

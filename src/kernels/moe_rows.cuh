@@ -44,14 +44,6 @@ __device__ __forceinline__ bool narrow_to_moe_rows(const Problem& p, int64_t b, 
   return false;
 }
 
-// Whether row m of batch b, past the rows of x (a scale layout's padding row), lies in a grouped
-// GEMM's tile (narrow_to_moe_rows), so that its scales are stored as zeros.
-template <class Problem>
-__device__ __forceinline__ bool padding_row_in_tile(const Problem& p, int64_t b, int32_t m) {
-  bool live = false, in_tile = m < p.rows;
-  return !narrow_to_moe_rows(p, b, 0, m, live, in_tile) && in_tile;
-}
-
 // Expert e's tile padding in the dispatch's destination, as the problem p describes it: rows
 // [first, last) of batch b, clamped to the layout's `rows` (contiguous: [row_starts[e] +
 // row_counts[e], row_starts[e + 1]) of batch 0; masked, row_starts null: [row_counts[e],

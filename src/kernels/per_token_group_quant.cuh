@@ -5,15 +5,13 @@
 // thread (two or four 16-byte loads, one 16-byte store). Teams walk the (row m, group slot g)
 // grid so that each warp stores its scales together and each block reads contiguous runs of x:
 //   row          scale[m * G + g]                 row by row, g fastest
-//   mn, mn_tma   scale[g * rows + m]              tiles of four rows, m fastest, then g (the
-//                SiLU source at M < 4: one tile of its M rows, short_column_tile)
+//   mn, mn_tma   scale[g * rows + m]              tiles of four rows, m fastest, then g
 //   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; row by row, slots run to
 //                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
 //                bytes by shuffles.
 // The scatter source walks row by row in every layout (team_row_tile): its rows go to scattered
 // destination rows, where a warp's four consecutive groups of a token make one 512-byte store.
-// Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros
-// (in a short tile, which has no teams for rows past M, the last row's teams store them).
+// Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
 // tile and nothing else.
@@ -29,7 +27,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -52,20 +49,14 @@ struct GroupPos {
   bool valid;     // a real group: m < M and g < G
 };
 
-// The group of team `unit`: tiles of kRowTile rows one after another, m fastest inside a tile;
-// with `short_tile` (short_column_tile) one tile of the m real rows.
+// The group of team `unit`: tiles of kRowTile rows one after another, m fastest inside a tile.
 template <int kRowTile>
-__device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit, bool short_tile = false) {
+__device__ __forceinline__ GroupPos locate(const QuantProblem& p, int32_t unit) {
   const int32_t tile = static_cast<int32_t>(p.tile_units.divide(static_cast<uint32_t>(unit)));
   const int32_t within = unit - tile * static_cast<int32_t>(p.tile_units.divisor());
   GroupPos pos;
-  if (kRowTile == 4 && short_tile) {  // m is 1, 2 or 3 (short_column_tile): divisions by constants
-    pos.g = p.m == 1 ? within : p.m == 2 ? within / 2 : within / 3;
-    pos.m = tile * kRowTile + within - pos.g * p.m;  // a spare team past the tile: out of range
-  } else {
-    pos.m = tile * kRowTile + within % kRowTile;
-    pos.g = within / kRowTile;
-  }
+  pos.m = tile * kRowTile + within % kRowTile;
+  pos.g = within / kRowTile;
   pos.in_range = pos.m < p.rows;
   pos.valid = pos.m < p.m && pos.g < p.num_groups;
   return pos;
@@ -81,13 +72,23 @@ __device__ __forceinline__ Scale* scale_at(const QuantProblem& p, int64_t b, int
 
 // Store a team's group: its q slice at dst when `live`, its scale at scale_dst when
 // `store_scale` (0 unless `live`). Every lane calls it: the four teams of a packed word merge
-// their bytes by shuffles, and the first of them stores the word.
-template <int kTeam, ScaleOrder kOrder, bool kUE8M0, bool kAligned, typename Scale>
+// their bytes by shuffles, and the first of them stores the word. kScattered (the dispatch's
+// destination rows): q streams past L2, where its lines would push out the scale lines that
+// later rows complete a word at a time, and the scales ask L2 to keep theirs.
+template <int kTeam, ScaleOrder kOrder, bool kUE8M0, bool kAligned, bool kScattered = false, typename Scale>
 __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, const QuantizedSlice<kUE8M0>& out,
                                             int32_t g, int sub, bool live, bool store_scale) {
+  constexpr Cache kQCache = kScattered ? Cache::kStreaming : Cache::kDefault;
+  const auto put_scale = [&](Scale value) {
+    if constexpr (kScattered) {
+      Vec<4>{{reinterpret_cast<const uint32_t&>(value)}}.store<Cache::kEvictLast>(scale_dst);
+    } else {
+      *scale_dst = value;
+    }
+  };
   if (live) {
     if constexpr (kAligned) {
-      store_words(dst, out.q);
+      store_words<kElemsPerThread / 4, kQCache>(dst, out.q);
     } else {
 #pragma unroll
       for (int i = 0; i < kElemsPerThread; ++i) dst[i] = static_cast<uint8_t>(out.q[i / 4] >> (8 * (i % 4)));
@@ -97,9 +98,9 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
     uint32_t word = live ? out.e << (8 * (g % 4)) : 0u;
     word |= __shfl_xor_sync(kFullMask, word, kTeam);
     word |= __shfl_xor_sync(kFullMask, word, 2 * kTeam);
-    if (store_scale && sub == 0 && g % 4 == 0) *scale_dst = word;
+    if (store_scale && sub == 0 && g % 4 == 0) put_scale(word);
   } else {
-    if (store_scale && sub == 0) *scale_dst = live ? out.s : 0.0f;
+    if (store_scale && sub == 0) put_scale(live ? out.s : 0.0f);
   }
 }
 
@@ -116,16 +117,26 @@ constexpr int32_t kPadColumns = 8;
 // One block of kScatter's padding part: the scales of expert e's tile padding rows set to 0 in
 // columns [c0, c0 + kPadColumns) (QuantProblem: contiguous rows [row_starts[e] + count,
 // row_starts[e + 1]), masked rows [count, align_up(count, pad_align)) of batch e), clamped to the
-// layout's rows. Threads walk the rows of one column at a time.
+// layout's rows. Threads walk adjacent scales: the rows of one column at a time, or with row-major
+// scales the chunk's columns of one row at a time.
 template <ScaleOrder kOrder>
 __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t e, int32_t c0) {
   using Scale = std::conditional_t<kOrder == ScaleOrder::kPacked, uint32_t, float>;
   const TilePadding pad = tile_padding(p, e, p.dest_rows);
-  const int32_t cols = scale_columns<kOrder>(p);
-  for (int32_t col = c0; col < min(c0 + kPadColumns, cols); ++col) {
-    for (int32_t m = pad.first + static_cast<int32_t>(threadIdx.x); m < pad.last;
-         m += static_cast<int32_t>(blockDim.x)) {
-      *scale_at<kOrder, Scale>(p, pad.b, m, col, p.dest_rows) = Scale{0};
+  const int32_t c1 = min(c0 + kPadColumns, scale_columns<kOrder>(p));
+  if constexpr (kOrder == ScaleOrder::kRow) {
+    const int32_t width = c1 - c0;
+    const int64_t count = int64_t{pad.last - pad.first} * width;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+      const int32_t m = pad.first + static_cast<int32_t>(i / width);
+      *scale_at<kOrder, Scale>(p, pad.b, m, c0 + static_cast<int32_t>(i % width), p.dest_rows) = Scale{0};
+    }
+  } else {
+    for (int32_t col = c0; col < c1; ++col) {
+      for (int32_t m = pad.first + static_cast<int32_t>(threadIdx.x); m < pad.last;
+           m += static_cast<int32_t>(blockDim.x)) {
+        *scale_at<kOrder, Scale>(p, pad.b, m, col, p.dest_rows) = Scale{0};
+      }
     }
   }
 }
@@ -139,7 +150,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
-  const int teams_per_block = blockDim.x / kTeam;  // whole warps, at most Arch::kBlockThreads: block_threads
+  const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
 
   if constexpr (kSource == QuantSource::kScatter) {
@@ -152,8 +163,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
-  const bool short_tile = short_column_tile(kOrder, kSource, p.m);
-  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam, short_tile);
+  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
   const int64_t b = blockIdx.y;
   const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
   const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
@@ -178,16 +188,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // the lowest: units run tile after tile)
   bool live = pos.valid, in_tile = pos.in_range;
   if constexpr (kSource == QuantSource::kSiluMul) {
-    // (a short tile's block holds every one of its rows, so row 0 is its lowest)
-    const int32_t block_first_row = short_tile ? 0 : locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
+    const int32_t block_first_row = locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
     if (narrow_to_moe_rows(p, b, block_first_row, pos.m, live, in_tile)) return;
-    // A short tile's last row stores the zero scales of the padding rows below it in its column
-    if (short_tile && pos.valid && pos.m == p.m - 1 && sub == 0) {
-#pragma unroll 1
-      for (int32_t m = p.m; m < p.rows; ++m) {
-        if (padding_row_in_tile(p, b, m)) *scale_at<kOrder, Scale>(p, b, m, col, p.rows) = Scale{0};
-      }
-    }
     // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
     // quantization of zeros below would store, without the work
     if (__all_sync(kFullMask, !live)) {
@@ -221,8 +223,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
         const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
         uint8_t* slot_dst =
             static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
-        store_group<kTeam, kOrder, kUE8M0, kAligned>(slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows),
-                                                     out, pos.g, sub, keep, keep);
+        store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
+            slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows), out, pos.g, sub, keep, keep);
       }
     }
   } else {
@@ -251,16 +253,13 @@ int resident_blocks_per_sm() {
 // blocks cost more to launch than they save (the measurements: docs/benchmarks-history.md, third
 // run, "Block size for small launches"). The first wave (prefetch_blocks) is counted in whole
 // blocks, several per SM; a single-warp launch has at most two blocks per SM, so all of it
-// prefetches. A short tile (short_column_tile: a batch's few real rows) takes blocks of just its
-// batch's warps when they are fewer than a whole block's (at max_m = 1 and G = 16: 4 warps an
-// expert, not 8 with 4 idle).
+// prefetches.
 template <class Arch, int kTeam>
-int block_threads(const QuantProblem& p, bool short_tile) {
+int block_threads(const QuantProblem& p) {
   constexpr int kWarpTeams = 32 / kTeam;
   constexpr int kMaxWarpsPerSm = 2;
-  const int64_t batch_warps = (int64_t{p.units} + kWarpTeams - 1) / kWarpTeams;
-  if (batch_warps * p.batch <= int64_t{kMaxWarpsPerSm} * p.sm_count) return 32;
-  return short_tile ? static_cast<int>(std::min<int64_t>(batch_warps * 32, Arch::kBlockThreads)) : Arch::kBlockThreads;
+  const int64_t warps = (int64_t{p.units} + kWarpTeams - 1) / kWarpTeams * p.batch;
+  return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
 }
 
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
@@ -270,10 +269,8 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
     return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
       constexpr int kTeam = kGroupSize / kElemsPerThread;
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
-      const int threads = block_threads<Arch, kTeam>(problem, short_column_tile(kOrder, kSource, problem.m));
-      // (smaller blocks: about as many more of them fit on an SM)
-      problem.prefetch_blocks =
-          problem.sm_count * resident_blocks_per_sm<Arch, kernel>() * (Arch::kBlockThreads / threads);
+      problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
+      const int threads = block_threads<Arch, kTeam>(problem);
       const dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                             kSource == QuantSource::kScatter);
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");

@@ -30,8 +30,7 @@ struct GroupQuantFields {
   int32_t rows;   // rows of the scale layout: m, or align(m, 4) for the TMA-aligned layouts
   int32_t slots;  // group slots per row: num_groups, or 4 * ceil(num_groups / 4) when packed
   int32_t units;  // teams one batch launches: team_units(tile, rows, slots), tile = team_row_tile(order, source)
-                  // (a short_column_tile: m * slots)
-  FastDivisor tile_units;   // teams per tile of `tile` rows: tile * slots (a short_column_tile: units)
+  FastDivisor tile_units;   // teams per tile of `tile` rows: tile * slots
   int32_t sm_count;         // streaming multiprocessors of the device
   int32_t prefetch_blocks;  // blocks of the first wave, which prefetch x (set by the launcher)
   float eps;
@@ -57,15 +56,6 @@ constexpr int32_t row_tile(fp8quant_scale_layout_t layout) { return row_tile(sca
 // the scales are packed).
 constexpr int32_t team_row_tile(ScaleOrder order, QuantSource source) {
   return source == QuantSource::kScatter ? 1 : row_tile(order);
-}
-
-// Whether the teams walk one short tile of only the m real rows (m fastest) instead of whole
-// tiles: the SiLU source's column-ordered layouts with fewer rows than a tile (a masked layout's
-// max_m of 1-3 at decode). A whole tile there would launch teams for the TMA padding rows (12
-// of 16 warps an expert at max_m = 1) only to store their zero scales; the last real row's
-// teams store those instead.
-constexpr bool short_column_tile(ScaleOrder order, QuantSource source, int64_t m) {
-  return source == QuantSource::kSiluMul && order == ScaleOrder::kColumn && m >= 1 && m < row_tile(order);
 }
 
 // Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles

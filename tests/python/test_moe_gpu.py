@@ -248,11 +248,10 @@ def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 @pytest.mark.parametrize("max_m", [1, 2, 3])
 def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
-    """Masked layouts at decode, max_m < 4: the column layouts launch teams for the real rows only,
-    and the last row's teams store the TMA padding rows' zero scales where a tile covers them
-    (short_column_tile). Shapes: single-warp blocks (9 experts), blocks of a batch's warps (256
-    experts, G = 16), several capped blocks a batch with spare teams (G = 56); align 2 and 3 end
-    a tile inside the padding rows."""
+    """Masked layouts at decode, max_m < 4: fewer rows than a column layout's 4-row tile, whose
+    TMA padding rows get zero scales where a GEMM tile covers them. Shapes: single-warp blocks (9
+    experts), whole blocks (256 experts, G = 16; 40 experts, G = 56, blocks spanning batches'
+    rows); align 2 and 3 end a tile inside the padding rows."""
     for experts, n in ((9, 2048), (9, 384), (256, 2048), (40, 7168)):  # G even and odd
         xm = torch.randn(experts, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
         masked_m = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
@@ -264,7 +263,8 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_contiguous_short(layout, ue8m0, gen):
-    """A contiguous layout of fewer than 4 rows (short_column_tile): rows past M_sum untouched."""
+    """A contiguous layout of fewer than 4 rows (less than a column layout's tile): rows past M_sum
+    untouched."""
     for ids, align, max_m_sum in (([[0], [1]], 1, 3), ([[1]], 2, 3), ([[0]], 1, 1)):
         routing = R.moe_routing(
             torch.tensor(ids, dtype=torch.int32, device="cuda"), 2, align=align, max_m_sum=max_m_sum
