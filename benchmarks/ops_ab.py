@@ -1,0 +1,127 @@
+"""Time the MoE and NVFP4 ops of whichever fp8quant is imported, for A/B runs of two builds in one
+session (install the other with ``pip install --no-deps --target DIR`` and run this again with
+``PYTHONPATH=DIR``; alternate the builds, repeat each). One JSON line per timing on stdout:
+
+    python benchmarks/ops_ab.py LABEL [PARTS]
+
+PARTS (comma-separated, default all): ``routing`` (moe_routing alone and routing + dispatch,
+T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``dispatch``
+(moe_dispatch_quant alone on a routing made before; at T = 4096 and 16384 every scale layout),
+``floor`` (at T = 4096 and 16384: a ``fill_`` of the q rows' bytes and an ``index_select`` of
+uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
+to 1024), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
+"pct_copy" against COPY_GBPS.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+import fp8quant
+from fp8quant import (
+    moe_bounds,
+    moe_dispatch_quant,
+    moe_routing,
+    nvfp4_global_scale,
+    nvfp4_quant,
+    rms_norm_nvfp4,
+    silu_mul_quant,
+)
+from fp8quant.bench import timing
+
+E, TOP_K, H, INTER = 256, 8, 7168, 2048
+COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
+PARTS = ("routing", "dispatch", "floor", "silu", "nvfp4")
+
+
+def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
+    record = {"label": label, "op": op, "T": size, "us": round(us, 3), "sets": sets}
+    if nbytes:
+        record["pct_copy"] = round(100 * nbytes / (us * 1e3) / COPY_GBPS, 1)
+    print(json.dumps(record), flush=True)
+
+
+def time_calls(call, sets: int, est_us: float) -> float:
+    return timing.time_graph(call, sets, timing.graph_calls(sets, max(est_us, timing.CALL_FLOOR_US)))
+
+
+def routed(t: int, gen: torch.Generator):
+    """x [t, H] bf16 and top-k ids (distinct per token) of a random router."""
+    x = torch.randn((t, H), generator=gen, device="cuda").to(torch.bfloat16)
+    ids = torch.topk(torch.randn((t, E), generator=gen, device="cuda"), TOP_K).indices.to(torch.int32)
+    return x, ids
+
+
+def routing_ops(label: str, parts: set[str]) -> None:
+    for t in (1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384):
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        max_m_sum = moe_bounds(t, TOP_K, E).max_m_sum
+        n = timing.rotation_sets(t * H * 2 + 8 * t * TOP_K)
+        sets = [routed(t, gen) for _ in range(n)]
+        kept = t * TOP_K
+        nbytes = t * H * 2 + kept * (H + 4 * H // 128) + 12 * kept  # x read; q, scales, row maps written
+        est = nbytes / (COPY_GBPS * 1e3)
+        us = time_calls(lambda i: moe_routing(sets[i][1], E, max_m_sum=max_m_sum), n, 5.0)
+        emit(label, "routing", t, us, 12 * kept, n)
+        us = time_calls(lambda i: moe_dispatch_quant(sets[i][0], moe_routing(sets[i][1], E, max_m_sum=max_m_sum)),
+                        n, est)  # fmt: skip
+        emit(label, "route+dispatch", t, us, nbytes, n)
+        if "dispatch" in parts and t >= 16:
+            routings = [moe_routing(ids, E, max_m_sum=max_m_sum) for _, ids in sets]
+            for layout in ("mn_tma", "row", "mn", "packed_ue8m0") if t in (4096, 16384) else ("mn_tma",):
+                us = time_calls(lambda i, lay=layout: moe_dispatch_quant(sets[i][0], routings[i], scale_layout=lay),
+                                n, est)  # fmt: skip
+                emit(label, f"dispatch {layout}", t, us, nbytes - 8 * kept, n)
+        if "floor" in parts and t in (4096, 16384):
+            rows_u8 = [x.view(torch.uint8)[:, :H].contiguous() for x, _ in sets]
+            slot_tokens = [(ids.flatten().argsort() // TOP_K).to(torch.int64) for _, ids in sets]
+            us = time_calls(lambda i: rows_u8[i].index_select(0, slot_tokens[i]), n, est)
+            emit(label, "floor index_select u8", t, us, t * H + kept * H, n)
+            out = torch.empty(kept * H, dtype=torch.uint8, device="cuda")
+            emit(label, "floor fill", t, time_calls(lambda i: out.fill_(1), 1, est), kept * H)
+
+
+def silu_ops(label: str) -> None:
+    for t in (1, 4, 16, 64, 128, 512, 1024):
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        bounds = moe_bounds(t, TOP_K, E)
+        counts = moe_routing(routed(t, gen)[1], E, max_m_sum=bounds.max_m_sum).counts
+        y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+        nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
+        us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, nbytes / (COPY_GBPS * 1e3))
+        emit(label, "silu masked", t, us, nbytes)
+
+
+def nvfp4_ops(label: str) -> None:
+    k = 7168
+    for m in (1, 128, 2048, 4096, 16384, 32768):
+        n = timing.rotation_sets(m * k * 2)
+        sets = [timing.random_input(m, k, torch.bfloat16, "cuda") for _ in range(n)]
+        global_scale = nvfp4_global_scale(sets[0])
+        weight = timing.random_input(1, k, torch.bfloat16, "cuda").view(k)
+        scale_bytes = (m + 127) // 128 * 128 * ((k // 16 + 3) // 4 * 4)  # swizzled
+        nbytes = m * k * 2 + m * k // 2 + scale_bytes
+        est = nbytes / (COPY_GBPS * 1e3)
+        emit(label, "nvfp4", m, time_calls(lambda i: nvfp4_quant(sets[i], global_scale), n, est), nbytes, n)
+        us = time_calls(lambda i: rms_norm_nvfp4(sets[i], weight, global_scale), n, est)
+        emit(label, "rms_norm_nvfp4", m, us, nbytes + 2 * k, n)
+
+
+def main() -> None:
+    label = sys.argv[1]
+    parts = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else set(PARTS)
+    print(json.dumps({"label": label, "fp8quant": fp8quant.__file__, "gpu": torch.cuda.get_device_name()}), flush=True)
+    if parts & {"routing", "dispatch", "floor"}:
+        routing_ops(label, parts)
+    if "silu" in parts:
+        silu_ops(label)
+    if "nvfp4" in parts:
+        nvfp4_ops(label)
+
+
+if __name__ == "__main__":
+    main()
