@@ -9,7 +9,7 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 (moe_dispatch_quant alone on a routing made before; at T = 4096 and 16384 every scale layout),
 ``floor`` (at T = 4096 and 16384: a ``fill_`` of the q rows' bytes and an ``index_select`` of
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
-to 1024), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """
@@ -35,7 +35,7 @@ from fp8quant.bench import timing
 
 E, TOP_K, H, INTER = 256, 8, 7168, 2048
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
-PARTS = ("routing", "dispatch", "floor", "silu", "nvfp4")
+PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "nvfp4")
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -85,7 +85,7 @@ def routing_ops(label: str, parts: set[str]) -> None:
             emit(label, "floor fill", t, time_calls(lambda i: out.fill_(1), 1, est), kept * H)
 
 
-def silu_ops(label: str) -> None:
+def silu_ops(label: str, suffix: str = "") -> None:
     for t in (1, 4, 16, 64, 128, 512, 1024):
         gen = torch.Generator(device="cuda").manual_seed(t)
         bounds = moe_bounds(t, TOP_K, E)
@@ -93,7 +93,7 @@ def silu_ops(label: str) -> None:
         y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
         nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, nbytes / (COPY_GBPS * 1e3))
-        emit(label, "silu masked", t, us, nbytes)
+        emit(label, "silu masked" + suffix, t, us, nbytes)
 
 
 def nvfp4_ops(label: str) -> None:
@@ -119,6 +119,10 @@ def main() -> None:
         routing_ops(label, parts)
     if "silu" in parts:
         silu_ops(label)
+    if "silu_nopdl" in parts:  # the same without programmatic dependent launch
+        fp8quant.set_pdl(False)
+        silu_ops(label, " (no PDL)")
+        fp8quant.set_pdl(True)
     if "nvfp4" in parts:
         nvfp4_ops(label)
 
