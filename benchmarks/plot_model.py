@@ -1,7 +1,8 @@
 """Plot `python -m fp8quant bench --model ... --json FILE` results: milliseconds against T
 (prefill tokens, decode batch), bf16 beside fp8quant, one panel per model.
 
-    python benchmarks/plot_model.py benchmarks/results/model_*.json -o docs/model_latency.svg
+    python benchmarks/plot_model.py benchmarks/results/model_{deepseek-v3,qwen3-moe}.json -o docs/model_latency.svg
+    python benchmarks/plot_model.py benchmarks/results/model_*_h100.json -o docs/model_latency_h100.svg
 
 Needs matplotlib (not a dependency of fp8quant).
 """
