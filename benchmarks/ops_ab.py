@@ -32,8 +32,11 @@ from fp8quant import (
     silu_mul_quant,
 )
 from fp8quant.bench import timing
+from fp8quant.bench.moe import EXPERTS as E
+from fp8quant.bench.moe import INTERMEDIATE as INTER
+from fp8quant.bench.moe import TOP_K, routed_tokens
 
-E, TOP_K, H, INTER = 256, 8, 7168, 2048
+H = 7168  # DeepSeek-V3's hidden size
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
 PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "nvfp4")
 
@@ -49,19 +52,12 @@ def time_calls(call, sets: int, est_us: float) -> float:
     return timing.time_graph(call, sets, timing.graph_calls(sets, max(est_us, timing.CALL_FLOOR_US)))
 
 
-def routed(t: int, gen: torch.Generator):
-    """x [t, H] bf16 and top-k ids (distinct per token) of a random router."""
-    x = torch.randn((t, H), generator=gen, device="cuda").to(torch.bfloat16)
-    ids = torch.topk(torch.randn((t, E), generator=gen, device="cuda"), TOP_K).indices.to(torch.int32)
-    return x, ids
-
-
 def routing_ops(label: str, parts: set[str]) -> None:
     for t in (1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384):
         gen = torch.Generator(device="cuda").manual_seed(t)
         max_m_sum = moe_bounds(t, TOP_K, E).max_m_sum
         n = timing.rotation_sets(t * H * 2 + 8 * t * TOP_K)
-        sets = [routed(t, gen) for _ in range(n)]
+        sets = [routed_tokens(t, H, "cuda", gen)[:2] for _ in range(n)]
         kept = t * TOP_K
         nbytes = t * H * 2 + kept * (H + 4 * H // 128) + 12 * kept  # x read; q, scales, row maps written
         est = nbytes / (COPY_GBPS * 1e3)
@@ -89,7 +85,7 @@ def silu_ops(label: str, suffix: str = "") -> None:
     for t in (1, 4, 16, 64, 128, 512, 1024):
         gen = torch.Generator(device="cuda").manual_seed(t)
         bounds = moe_bounds(t, TOP_K, E)
-        counts = moe_routing(routed(t, gen)[1], E, max_m_sum=bounds.max_m_sum).counts
+        counts = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum).counts
         y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
         nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, nbytes / (COPY_GBPS * 1e3))
