@@ -9,7 +9,9 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 (moe_dispatch_quant alone on a routing made before; at T = 4096 and 16384 every scale layout),
 ``floor`` (at T = 4096 and 16384: a ``fill_`` of the q rows' bytes and an ``index_select`` of
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
-to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``), ``engines`` (what engines run in
+their place, ``fp8quant.bench.engines``: quant + scatter beside ``routing``, the masked SiLU
+beside ``silu``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """
@@ -31,14 +33,14 @@ from fp8quant import (
     rms_norm_nvfp4,
     silu_mul_quant,
 )
-from fp8quant.bench import timing
+from fp8quant.bench import engines, timing
 from fp8quant.bench.moe import EXPERTS as E
 from fp8quant.bench.moe import INTERMEDIATE as INTER
 from fp8quant.bench.moe import TOP_K, routed_tokens
 
 H = 7168  # DeepSeek-V3's hidden size
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
-PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "nvfp4")
+PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "engines", "nvfp4")
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -66,6 +68,10 @@ def routing_ops(label: str, parts: set[str]) -> None:
         us = time_calls(lambda i: moe_dispatch_quant(sets[i][0], moe_routing(sets[i][1], E, max_m_sum=max_m_sum)),
                         n, est)  # fmt: skip
         emit(label, "route+dispatch", t, us, nbytes, n)
+        if "engines" in parts:
+            us = time_calls(lambda i: engines.engine_scatter(*engines.engine_quant(sets[i][0]), sets[i][1], E, max_m_sum),
+                            n, est)  # fmt: skip
+            emit(label, "engines quant+scatter", t, us, nbytes, n)
         if "dispatch" in parts and t >= 16:
             routings = [moe_routing(ids, E, max_m_sum=max_m_sum) for _, ids in sets]
             for layout in ("mn_tma", "row", "mn", "packed_ue8m0") if t in (4096, 16384) else ("mn_tma",):
@@ -81,7 +87,7 @@ def routing_ops(label: str, parts: set[str]) -> None:
             emit(label, "floor fill", t, time_calls(lambda i: out.fill_(1), 1, est), kept * H)
 
 
-def silu_ops(label: str, suffix: str = "") -> None:
+def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
     for t in (1, 4, 16, 64, 128, 512, 1024):
         gen = torch.Generator(device="cuda").manual_seed(t)
         bounds = moe_bounds(t, TOP_K, E)
@@ -90,6 +96,9 @@ def silu_ops(label: str, suffix: str = "") -> None:
         nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, nbytes / (COPY_GBPS * 1e3))
         emit(label, "silu masked" + suffix, t, us, nbytes)
+        if with_engines:
+            us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, nbytes / (COPY_GBPS * 1e3))
+            emit(label, "engines silu masked", t, us, nbytes)
 
 
 def nvfp4_ops(label: str) -> None:
@@ -114,7 +123,7 @@ def main() -> None:
     if parts & {"routing", "dispatch", "floor"}:
         routing_ops(label, parts)
     if "silu" in parts:
-        silu_ops(label)
+        silu_ops(label, with_engines="engines" in parts)
     if "silu_nopdl" in parts:  # the same without programmatic dependent launch
         fp8quant.set_pdl(False)
         silu_ops(label, " (no PDL)")

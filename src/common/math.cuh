@@ -333,6 +333,15 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
 // element in 200 for bf16) the pair is computed exactly. |g| <= 64 keeps the fast path clear of
 // overflow and subnormals. tests/cpp/test_silu.cu checks every 16-bit g of both types.
 constexpr float kSiluFastMaxAbs = 64.0f;
+
+// The exact pair of silu_mul2, out of line: the kernels that call silu_mul2 for eight pairs would
+// otherwise carry eight copies of it (two expf and two IEEE divisions each) for a path about one
+// pair in a hundred takes, and pay for the code in instruction fetches.
+template <typename T>
+__device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
+  return pack2(silu_exact(g0), silu_exact(g1), T{});
+}
+
 template <typename T>
 __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
   const float2 g = unpack2(gate, T{});
@@ -345,7 +354,7 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
     silu = pack2(a - da, b - db, T{});
     exact = silu != pack2(a + da, b + db, T{});
   }
-  if (exact) silu = pack2(silu_exact(g.x), silu_exact(g.y), T{});
+  if (exact) silu = silu_exact2<T>(g.x, g.y);
   return mul2(silu, up, T{});
 }
 

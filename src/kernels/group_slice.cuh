@@ -25,11 +25,11 @@ struct Slice {
   uint32_t w[kWords];
 };
 
-// Load 16 consecutive elements: 16-byte loads when aligned, else element by element.
-template <typename T, bool kAligned>
+// Load 16 consecutive elements: 16-byte loads (kCache) when aligned, else element by element.
+template <typename T, bool kAligned, Cache kCache = Cache::kReadOnly>
 __device__ __forceinline__ void load_slice(const T* src, Slice<T>& s) {
   if constexpr (kAligned) {
-    load_words(src, s.w);
+    load_words<Slice<T>::kWords, kCache>(src, s.w);
   } else if constexpr (sizeof(T) == 2) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
 #pragma unroll
@@ -85,13 +85,13 @@ __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& u
   }
 }
 
-// A team's slice at src, or zeros when it is not `live`; with kSiluMul, silu(gate) * up of it and
-// of the slice up_offset elements on, in x's dtype (the MoE sources).
-template <typename T, bool kAligned, bool kSiluMul>
+// A team's slice at src (loaded with kCache), or zeros when it is not `live`; with kSiluMul,
+// silu(gate) * up of it and of the slice up_offset elements on, in x's dtype (the MoE sources).
+template <typename T, bool kAligned, bool kSiluMul, Cache kCache = Cache::kReadOnly>
 __device__ __forceinline__ Slice<T> load_group_slice(const T* src, int64_t up_offset, bool live) {
   Slice<T> slice;
   if (live) {
-    load_slice<T, kAligned>(src, slice);
+    load_slice<T, kAligned, kCache>(src, slice);
     if constexpr (kSiluMul) {
       Slice<T> up;
       load_slice<T, kAligned>(src + up_offset, up);

@@ -104,6 +104,14 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
   }
 }
 
+// How a team loads x. The dispatch (kScatter) reads each token once, and in the column layouts
+// its x lines would otherwise stay in L2 beside the scale lines that later slots complete a word
+// at a time (store_group): there it streams. With row-major scales, a slot's scales share
+// sectors, and streaming x measured slower (docs/benchmarks-history.md, eighteenth run).
+constexpr Cache x_cache(ScaleOrder order, QuantSource source) {
+  return source == QuantSource::kScatter && order != ScaleOrder::kRow ? Cache::kStreaming : Cache::kReadOnly;
+}
+
 // Scale columns of a row: group columns, or packed words of four.
 template <ScaleOrder kOrder>
 __host__ __device__ __forceinline__ int32_t scale_columns(const QuantProblem& p) {
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   int32_t slot_rows[kSlotBatch];
   if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
   constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
+  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(src, p.up_offset, live);
 
   // Reduce amax, scale, quantize
   const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);

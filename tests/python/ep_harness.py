@@ -404,7 +404,13 @@ def _worker(rank: int, world: int, store: str, out: str, device_type: str, names
                 failures[name] = traceback.format_exc()
     finally:
         Path(out, f"rank{rank}.json").write_text(json.dumps(failures))
-        dist.destroy_process_group()
+        # Tear down together: a rank that destroys its group while a peer still has collectives in
+        # flight can abort that peer's transport threads (seen once in CI as "terminate called
+        # without an active exception" in a gloo world)
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def run_world(world: int, device_type: str, names: list[str], tmp: Path) -> dict[str, str]:
