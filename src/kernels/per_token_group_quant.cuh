@@ -81,7 +81,7 @@ __device__ __forceinline__ void store_group(uint8_t* dst, Scale* scale_dst, cons
   constexpr Cache kQCache = kScattered ? Cache::kStreaming : Cache::kDefault;
   const auto put_scale = [&](Scale value) {
     if constexpr (kScattered) {
-      Vec<4>{{reinterpret_cast<const uint32_t&>(value)}}.store<Cache::kEvictLast>(scale_dst);
+      Vec<4>{{math::bits_as<uint32_t>(value)}}.store<Cache::kEvictLast>(scale_dst);
     } else {
       *scale_dst = value;
     }
