@@ -9,7 +9,8 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 (moe_dispatch_quant alone on a routing made before; at T = 4096 and 16384 every scale layout),
 ``floor`` (at T = 4096 and 16384: a ``fill_`` of the q rows' bytes and an ``index_select`` of
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
-to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``), ``engines`` (what engines run in
+to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
+contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``), ``engines`` (what engines run in
 their place, ``fp8quant.bench.engines``: quant + scatter beside ``routing``, the masked SiLU
 beside ``silu``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
@@ -40,7 +41,7 @@ from fp8quant.bench.moe import TOP_K, routed_tokens
 
 H = 7168  # DeepSeek-V3's hidden size
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
-PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "engines", "nvfp4")
+PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "silu_contig", "engines", "nvfp4")
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -101,6 +102,23 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
             emit(label, "engines silu masked", t, us, nbytes)
 
 
+def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
+    for t in (1, 16, 128, 1024, 4096, 16384):
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        bounds = moe_bounds(t, TOP_K, E)
+        routing = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum)
+        y = torch.randn((bounds.max_m_sum, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+        nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
+        est = nbytes / (COPY_GBPS * 1e3)
+        us = time_calls(
+            lambda i: silu_mul_quant(y, m_indices=routing.m_indices, row_offsets=routing.row_offsets), 1, est
+        )
+        emit(label, "silu contiguous", t, us, nbytes)
+        if with_engines:
+            us = time_calls(lambda i: engines.engine_silu_quant(y, routing.m_indices), 1, est)
+            emit(label, "engines silu contiguous", t, us, nbytes)
+
+
 def nvfp4_ops(label: str) -> None:
     k = 7168
     for m in (1, 128, 2048, 4096, 16384, 32768):
@@ -128,6 +146,8 @@ def main() -> None:
         fp8quant.set_pdl(False)
         silu_ops(label, " (no PDL)")
         fp8quant.set_pdl(True)
+    if "silu_contig" in parts:
+        silu_contiguous_ops(label, with_engines="engines" in parts)
     if "nvfp4" in parts:
         nvfp4_ops(label)
 

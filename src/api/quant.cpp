@@ -83,10 +83,10 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   FP8QUANT_CHECK_ARG(m <= kMaxUnits, m_name, "must be at most " + to_string(kMaxUnits) + ", got " + to_string(m));
   const fp8quant_scale_shape_t shape = scale_geometry(scale_layout, 1, m, num_groups);
   const int64_t slots = scale_layout == FP8QUANT_SCALE_PACKED_UE8M0 ? shape.cols * kPack : num_groups;
-  const int64_t units = fp8quant::team_units(scale_layout, shape.rows, slots);
+  const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);
+  const int64_t units = fp8quant::team_units(tile, shape.rows, slots);
   // k is what overflows when one row (one tile of rows, padding included) already needs too many
-  const int64_t row_units =
-      fp8quant::team_units(scale_layout, scale_geometry(scale_layout, 1, 1, num_groups).rows, slots);
+  const int64_t row_units = fp8quant::team_units(tile, scale_geometry(scale_layout, 1, 1, num_groups).rows, slots);
   FP8QUANT_CHECK_ARG(units <= kMaxUnits, row_units > kMaxUnits ? k_name : m_name,
                      "one batch needs " + to_string(units) + " group slots (" + to_string(shape.rows) +
                          " scale rows, padding included, of " + to_string(slots) + " slots), more than the limit of " +
@@ -114,7 +114,7 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   problem.scale = scale;
   problem.scale_batch_stride = shape.batch_stride;
   problem.units = static_cast<int32_t>(units);
-  problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(fp8quant::row_tile(scale_layout) * slots));
+  problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(tile * slots));
   problem.eps = eps;
   problem.dtype = x_dtype;
   problem.layout = scale_layout;
@@ -125,10 +125,8 @@ fp8quant_status_t group_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t b
   copy_source(problem, source);
   if (source.kind == fp8quant::QuantSource::kScatter) {
     // Teams walk the tokens; q and the scales keep the destination's geometry
-    const int32_t tile = fp8quant::team_row_tile(fp8quant::scale_order(scale_layout), source.kind);
     const int64_t token_units = fp8quant::team_units(tile, source.in_rows, slots);
     FP8QUANT_RETURN_IF_ERROR(walk_tokens(problem, source, batch, m, shape.rows, token_units, kMaxUnits));
-    problem.tile_units = fp8quant::FastDivisor(static_cast<uint32_t>(tile * slots));
   }
 
   return fp8quant::launch_for_arch_with_sm_count(problem, stream, fp8quant::sm90::per_token_group_quant,

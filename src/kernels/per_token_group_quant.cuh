@@ -9,8 +9,9 @@
 //   packed_ue8m0 byte g % 4 of word scale[(g / 4) * rows + m]; row by row, slots run to
 //                4 * ceil(G / 4), and the four teams of a word sit in one warp and merge their
 //                bytes by shuffles.
-// The scatter source walks row by row in every layout (team_row_tile): its rows go to scattered
-// destination rows, where a warp's four consecutive groups of a token make one 512-byte store.
+// The MoE sources walk row by row in every layout (team_row_tile): the scatter source's rows go
+// to scattered destination rows, where a warp's four consecutive groups of a token make one
+// 512-byte store, and the SiLU-and-mul source's live rows fill whole warps.
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM

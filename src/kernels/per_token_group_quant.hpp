@@ -48,23 +48,21 @@ struct QuantProblem : GroupQuantFields, MoeSource {};
 // of four rows, m fastest, so that a warp stores four consecutive scales of a column; row and
 // packed go row by row.
 constexpr int32_t row_tile(ScaleOrder order) { return order == ScaleOrder::kColumn ? 4 : 1; }
-constexpr int32_t row_tile(fp8quant_scale_layout_t layout) { return row_tile(scale_order(layout)); }
 
-// Rows of the tiles teams walk: row_tile(order), but one for the scatter source, whose tokens'
-// rows land on scattered destination rows (no two of a tile share a scale column run there),
-// so that a warp's teams hold consecutive groups of a token (of one token when G % 4 == 0 or
-// the scales are packed).
+// Rows of the tiles teams walk: row_tile(order) for plain rows, one for the MoE sources, so that
+// a warp's teams hold consecutive groups of one row (of one row when G % 4 == 0 or the scales
+// are packed). The scatter source's tokens land on scattered destination rows, where no two of
+// a tile share a scale column run; the SiLU-and-mul source reads an expert's rows, of which
+// only the first few may hold tokens, and row by row those fill whole warps (in tiles of four,
+// a masked layout's one live row would leave three teams of every warp idle).
 constexpr int32_t team_row_tile(ScaleOrder order, QuantSource source) {
-  return source == QuantSource::kScatter ? 1 : row_tile(order);
+  return source == QuantSource::kRows ? row_tile(order) : 1;
 }
 
 // Teams a launch covers for one batch: every slot of every row, rows rounded up to whole tiles
 // of `tile` rows.
 constexpr int64_t team_units(int32_t tile, int64_t rows, int64_t slots) {
   return (rows + tile - 1) / tile * tile * slots;
-}
-constexpr int64_t team_units(fp8quant_scale_layout_t layout, int64_t rows, int64_t slots) {
-  return team_units(row_tile(layout), rows, slots);
 }
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(per_token_group_quant, QuantProblem)
