@@ -12,7 +12,7 @@ uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_m
 to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
 contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``), ``engines`` (what engines run in
 their place, ``fp8quant.bench.engines``: quant + scatter beside ``routing``, the masked SiLU
-beside ``silu``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+beside ``silu``, the contiguous one beside ``silu_contig``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """

@@ -323,6 +323,14 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
   return bits_as<uint32_t>(__hmul2(bits_as<T2>(a), bits_as<T2>(b)));
 }
 
+// The exact pair of silu_mul2, out of line: the kernels that call silu_mul2 for eight pairs would
+// otherwise carry eight copies of it (two expf and two IEEE divisions each) for a path about one
+// pair in a hundred takes, and pay for the code in instruction fetches.
+template <typename T>
+__device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
+  return pack2(silu_exact(g0), silu_exact(g1), T{});
+}
+
 // silu(g) * u for two elements of 16-bit T packed in a word (low element first), rounded to T
 // and packed the same way: bit for bit silu_mul<T> of each (a NaN's payload aside).
 //
@@ -333,14 +341,6 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
 // element in 200 for bf16) the pair is computed exactly. |g| <= 64 keeps the fast path clear of
 // overflow and subnormals. tests/cpp/test_silu.cu checks every 16-bit g of both types.
 constexpr float kSiluFastMaxAbs = 64.0f;
-
-// The exact pair of silu_mul2, out of line: the kernels that call silu_mul2 for eight pairs would
-// otherwise carry eight copies of it (two expf and two IEEE divisions each) for a path about one
-// pair in a hundred takes, and pay for the code in instruction fetches.
-template <typename T>
-__device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
-  return pack2(silu_exact(g0), silu_exact(g1), T{});
-}
 
 template <typename T>
 __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
