@@ -323,6 +323,16 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
   return bits_as<uint32_t>(__hmul2(bits_as<T2>(a), bits_as<T2>(b)));
 }
 
+// __expf(x) for |x| <= 64, bit for bit: the same multiply by log2(e) and the same hardware 2^y,
+// by ex2's flushing form. For |y| < 126 (|x| <= 64 gives |y| <= 92.4) 2^y is normal and the two
+// forms agree; __expf's own form spends two more instructions, on the SiLU's dependent chain,
+// scaling arguments below -126 (subnormal results).
+__device__ __forceinline__ float expf_fast_normal(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+  return y;
+}
+
 // The exact pair of silu_mul2, out of line: the kernels that call silu_mul2 for eight pairs would
 // otherwise carry eight copies of it (two expf and two IEEE divisions each) for a path about one
 // pair in a hundred takes, and pay for the code in instruction fetches.
@@ -334,7 +344,7 @@ __device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
 // silu(g) * u for two elements of 16-bit T packed in a word (low element first), rounded to T
 // and packed the same way: bit for bit silu_mul<T> of each (a NaN's payload aside).
 //
-// silu first takes a fast path: __expf and __fdividef land within (5 + 1.2 |g|) float32 ulps of
+// silu first takes a fast path: __expf (as expf_fast_normal) and __fdividef land within (5 + 1.2 |g|) float32 ulps of
 // silu_exact(g) (CUDA's documented bounds: 2 + 1.173 |x| ulps for __expf, 2 for __fdividef, half
 // an ulp for the sum). Rounding is monotonic, so when both ends of a twice-as-wide interval
 // around the fast value round to the same T, the exact value rounds there too; else (about one
@@ -348,7 +358,8 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
   uint32_t silu;
   bool exact = true;
   if (fabsf(g.x) <= kSiluFastMaxAbs && fabsf(g.y) <= kSiluFastMaxAbs) {
-    const float a = __fdividef(g.x, 1.0f + __expf(-g.x)), b = __fdividef(g.y, 1.0f + __expf(-g.y));
+    const float a = __fdividef(g.x, 1.0f + expf_fast_normal(-g.x));
+    const float b = __fdividef(g.y, 1.0f + expf_fast_normal(-g.y));
     const float da = fabsf(a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
     const float db = fabsf(b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
     silu = pack2(a - da, b - db, T{});
