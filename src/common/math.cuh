@@ -323,10 +323,10 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b, T) {
   return bits_as<uint32_t>(__hmul2(bits_as<T2>(a), bits_as<T2>(b)));
 }
 
-// __expf(x) for |x| <= 64, bit for bit: the same multiply by log2(e) and the same hardware 2^y,
-// by ex2's flushing form. For |y| < 126 (|x| <= 64 gives |y| <= 92.4) 2^y is normal and the two
-// forms agree; __expf's own form spends two more instructions, on the SiLU's dependent chain,
-// scaling arguments below -126 (subnormal results).
+// __expf(x), bit for bit for |x| <= 64 (silu_mul2's fast path; it drops other values): the same
+// multiply by log2(e) and the same hardware 2^y, by ex2's flushing form. For |y| < 126 (|x| <= 64
+// gives |y| <= 92.4) 2^y is normal and the two forms agree; __expf's own form spends two more
+// instructions, on the SiLU's dependent chain, scaling arguments below -126 (subnormal results).
 __device__ __forceinline__ float expf_fast_normal(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
@@ -344,28 +344,26 @@ __device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
 // silu(g) * u for two elements of 16-bit T packed in a word (low element first), rounded to T
 // and packed the same way: bit for bit silu_mul<T> of each (a NaN's payload aside).
 //
-// silu first takes a fast path: __expf (as expf_fast_normal) and __fdividef land within (5 + 1.2 |g|) float32 ulps of
-// silu_exact(g) (CUDA's documented bounds: 2 + 1.173 |x| ulps for __expf, 2 for __fdividef, half
-// an ulp for the sum). Rounding is monotonic, so when both ends of a twice-as-wide interval
-// around the fast value round to the same T, the exact value rounds there too; else (about one
-// element in 200 for bf16) the pair is computed exactly. |g| <= 64 keeps the fast path clear of
-// overflow and subnormals. tests/cpp/test_silu.cu checks every 16-bit g of both types.
+// silu first takes a fast path: __expf (as expf_fast_normal) and __fdividef land within
+// (5 + 1.2 |g|) float32 ulps of silu_exact(g) (CUDA's documented bounds: 2 + 1.173 |x| ulps for
+// __expf, 2 for __fdividef, half an ulp for the sum). Rounding is monotonic, so when both ends of
+// a twice-as-wide interval around the fast value round to the same T, the exact value rounds
+// there too; else (about one element in 200 for bf16) the pair is computed exactly. The bound
+// holds for |g| <= 64, clear of overflow and subnormals; beyond it (and for NaN) the fast value
+// is computed anyway and dropped, so that a pair takes one branch, not two. tests/cpp/
+// test_silu.cu checks every 16-bit g of both types.
 constexpr float kSiluFastMaxAbs = 64.0f;
 
 template <typename T>
 __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
   const float2 g = unpack2(gate, T{});
-  uint32_t silu;
-  bool exact = true;
-  if (fabsf(g.x) <= kSiluFastMaxAbs && fabsf(g.y) <= kSiluFastMaxAbs) {
-    const float a = __fdividef(g.x, 1.0f + expf_fast_normal(-g.x));
-    const float b = __fdividef(g.y, 1.0f + expf_fast_normal(-g.y));
-    const float da = fabsf(a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
-    const float db = fabsf(b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
-    silu = pack2(a - da, b - db, T{});
-    exact = silu != pack2(a + da, b + db, T{});
-  }
-  if (exact) silu = silu_exact2<T>(g.x, g.y);
+  const float a = __fdividef(g.x, 1.0f + expf_fast_normal(-g.x));
+  const float b = __fdividef(g.y, 1.0f + expf_fast_normal(-g.y));
+  const float da = fabsf(a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
+  const float db = fabsf(b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
+  uint32_t silu = pack2(a - da, b - db, T{});
+  const bool in_range = fabsf(g.x) <= kSiluFastMaxAbs && fabsf(g.y) <= kSiluFastMaxAbs;  // false for NaN
+  if (!in_range || silu != pack2(a + da, b + db, T{})) silu = silu_exact2<T>(g.x, g.y);
   return mul2(silu, up, T{});
 }
 
