@@ -15,7 +15,9 @@
 // Rows m in [M, rows) and slots g >= G are padding: their teams load nothing and store zeros.
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
-// tile and nothing else.
+// tile and nothing else. A block's teams take one tile of units, except in a masked SiLU-and-mul
+// launch over many rows: its grid is capped at about two waves (silu_walk_blocks), and each
+// block walks every gridDim.x-th tile of its batch until the batch's tiles end (kWalk).
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
@@ -28,6 +30,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -69,6 +72,29 @@ template <ScaleOrder kOrder, typename Scale>
 __device__ __forceinline__ Scale* scale_at(const QuantProblem& p, int64_t b, int64_t m, int32_t col, int32_t rows) {
   return static_cast<Scale*>(p.scale) + b * p.scale_batch_stride +
          (kOrder == ScaleOrder::kRow ? m * p.num_groups + col : static_cast<int64_t>(col) * rows + m);
+}
+
+// A team's group (lane `sub` of it) in batch b, and its addresses: x's slice, q's and the scale's.
+template <typename T, typename Scale>
+struct TeamSlot {
+  GroupPos pos;
+  int64_t k_offset;  // elements into the row
+  int32_t col;       // scale column (a packed word's)
+  const T* src;
+  uint8_t* dst;
+  Scale* scale_dst;
+};
+
+template <typename T, typename Scale, int kGroupSize, ScaleOrder kOrder, int kRowTile>
+__device__ __forceinline__ TeamSlot<T, Scale> team_slot(const QuantProblem& p, int32_t unit, int64_t b, int sub) {
+  TeamSlot<T, Scale> t;
+  t.pos = locate<kRowTile>(p, unit);
+  t.k_offset = static_cast<int64_t>(t.pos.g) * kGroupSize + sub * kElemsPerThread;
+  t.src = static_cast<const T*>(p.x) + b * p.x_batch_stride + t.pos.m * p.x_row_stride + t.k_offset;
+  t.dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + t.pos.m * p.q_row_stride + t.k_offset;
+  t.col = kOrder == ScaleOrder::kPacked ? t.pos.g / 4 : t.pos.g;
+  t.scale_dst = scale_at<kOrder, Scale>(p, b, t.pos.m, t.col, p.rows);
+  return t;
 }
 
 // Store a team's group: its q slice at dst when `live`, its scale at scale_dst when
@@ -151,7 +177,7 @@ __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t
 }
 
 template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned,
-          QuantSource kSource = QuantSource::kRows>
+          QuantSource kSource = QuantSource::kRows, bool kWalk = false>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
@@ -159,6 +185,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(kTeam >= 1 && kTeam * 4 <= 32, "four teams must fit in a warp");
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
+  static_assert(!kWalk || kSource == QuantSource::kSiluMul, "only the SiLU-and-mul source walks block tiles");
   const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
 
@@ -172,13 +199,10 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
-  const GroupPos pos = locate<kRowTile>(p, blockIdx.x * teams_per_block + threadIdx.x / kTeam);
+  int32_t block_unit = blockIdx.x * teams_per_block;
   const int64_t b = blockIdx.y;
-  const int64_t k_offset = static_cast<int64_t>(pos.g) * kGroupSize + sub * kElemsPerThread;
-  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + pos.m * p.x_row_stride + k_offset;
-  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + pos.m * p.q_row_stride + k_offset;
-  const int32_t col = kPacked ? pos.g / 4 : pos.g;
-  Scale* scale_dst = scale_at<kOrder, Scale>(p, b, pos.m, col, p.rows);
+  auto [pos, k_offset, col, src, dst, scale_dst] =
+      team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
   asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
@@ -192,52 +216,73 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
-  // their (zero) scales; a block whose rows all lie past them leaves at once (its first row is
-  // the lowest: units run tile after tile)
-  bool live = pos.valid, in_tile = pos.in_range;
-  if constexpr (kSource == QuantSource::kSiluMul) {
-    const int32_t block_first_row = locate<kRowTile>(p, blockIdx.x * teams_per_block).m;
-    if (narrow_to_moe_rows(p, b, block_first_row, pos.m, live, in_tile)) return;
-    // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
-    // quantization of zeros below would store, without the work
-    if (__all_sync(kFullMask, !live)) {
-      store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false,
-                                                   in_tile);
-      return;
-    }
-  }
-
-  // Load x's group, and with the scatter source the first of its token's slot rows (both in flight
-  // at once)
-  int32_t slot_rows[kSlotBatch];
-  if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
-  constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(src, p.up_offset, live);
-
-  // Reduce amax, scale, quantize
-  const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
-
-  // Store q and scales: at the team's own row, or at each of its token's slot rows
-  if constexpr (kSource == QuantSource::kScatter) {
-    // The slots' rows kSlotBatch at a time, all loads before the stores
-    const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
-    for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
-      if (j0 > 0) load_slot_rows<kSlotBatch>(p, pos.m, j0, live, slot_rows);
-#pragma unroll
-      for (int i = 0; i < kSlotBatch; ++i) {
-        if (j0 + i >= p.slots_per_row) break;  // warp-uniform
-        const int32_t row = slot_rows[i];
-        const bool keep = row >= 0 && row < dest_total;
-        const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
-        uint8_t* slot_dst =
-            static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
-        store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
-            slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows), out, pos.g, sub, keep, keep);
+  // Quantize the team's group; with kWalk (a masked SiLU-and-mul launch whose grid is capped:
+  // silu_walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles
+  // or the launch's units end
+  const int32_t block_stride = gridDim.x * teams_per_block;
+  for (;;) {
+    // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
+    // their (zero) scales; a block whose rows all lie past them is done (its first row is the
+    // lowest: units run tile after tile)
+    bool live = pos.valid, in_tile = pos.in_range, quantize = true;
+    if constexpr (kSource == QuantSource::kSiluMul) {
+      if (narrow_to_moe_rows(p, b, locate<kRowTile>(p, block_unit).m, pos.m, live, in_tile)) return;
+      // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
+      // quantization of zeros below would store, without the work
+      if (__all_sync(kFullMask, !live)) {
+        store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false,
+                                                     in_tile);
+        if constexpr (!kWalk) return;
+        quantize = false;
       }
     }
-  } else {
-    store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, in_tile);
+
+    if (quantize) {
+      // Load x's group, and with the scatter source the first of its token's slot rows (both in
+      // flight at once)
+      int32_t slot_rows[kSlotBatch];
+      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
+      constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(src, p.up_offset, live);
+
+      // Reduce amax, scale, quantize
+      const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
+
+      // Store q and scales: at the team's own row, or at each of its token's slot rows
+      if constexpr (kSource == QuantSource::kScatter) {
+        // The slots' rows kSlotBatch at a time, all loads before the stores
+        const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
+        for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
+          if (j0 > 0) load_slot_rows<kSlotBatch>(p, pos.m, j0, live, slot_rows);
+#pragma unroll
+          for (int i = 0; i < kSlotBatch; ++i) {
+            if (j0 + i >= p.slots_per_row) break;  // warp-uniform
+            const int32_t row = slot_rows[i];
+            const bool keep = row >= 0 && row < dest_total;
+            const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
+            uint8_t* slot_dst =
+                static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
+            store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
+                slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows), out, pos.g, sub, keep, keep);
+          }
+        }
+      } else {
+        store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, in_tile);
+      }
+    }
+
+    // The next block tile (block-uniform)
+    if constexpr (!kWalk) return;
+    if (p.units - block_unit <= block_stride) return;
+    block_unit += block_stride;
+    const TeamSlot<T, Scale> next =
+        team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
+    pos = next.pos;
+    k_offset = next.k_offset;
+    col = next.col;
+    src = next.src;
+    dst = next.dst;
+    scale_dst = next.scale_dst;
   }
 }
 
@@ -271,6 +316,23 @@ int block_threads(const QuantProblem& p) {
   return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
 }
 
+// Blocks per batch of a masked SiLU-and-mul launch (row_counts) that gives each team a unit of
+// its own in `blocks`: capped at about two waves of the whole launch (kWalkWaves times the first
+// wave, prefetch_blocks) when that leaves each block two tiles or more, the kernel's blocks then
+// walking every gridDim.x-th block tile (kWalk). Engines size the masked layout by a static bound
+// (max_m = T, or T rounded up to 128) where an expert holds about T * k / E rows: a block per
+// tile of the bound's rows would launch blocks by the hundred thousand at prefill, nearly all of
+// them only to find their rows empty. Below two tiles a block, the walking kernel's longer
+// prologue costs more than the blocks it saves. The choice is measured: docs/
+// benchmarks-history.md, twentieth run.
+constexpr int64_t kWalkWaves = 2;
+
+inline uint32_t silu_walk_blocks(const QuantProblem& problem, uint32_t blocks) {
+  if (problem.row_counts == nullptr) return blocks;
+  const int64_t cap = std::max<int64_t>(1, (kWalkWaves * problem.prefetch_blocks + problem.batch - 1) / problem.batch);
+  return blocks >= 2 * cap ? static_cast<uint32_t>(cap) : blocks;
+}
+
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
 template <class Arch, typename T, int kGroupSize, QuantSource kSource>
 fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stream) {
@@ -280,8 +342,18 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
       problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
       const int threads = block_threads<Arch, kTeam>(problem);
-      const dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
-                                                            kSource == QuantSource::kScatter);
+      dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
+                                                      kSource == QuantSource::kScatter);
+      if constexpr (kSource == QuantSource::kSiluMul) {
+        const uint32_t walk = silu_walk_blocks(problem, grid.x);
+        if (walk < grid.x) {
+          constexpr auto walker =
+              per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource, /*kWalk=*/true>;
+          grid.x = walk;
+          return cuda_error(launch_with_pdl(walker, grid, dim3(threads), stream, problem, problem.pdl),
+                            "kernel launch");
+        }
+      }
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });
   });

@@ -262,6 +262,21 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 
 
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
+def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
+    """Masked layouts with more block tiles per expert than the launch's capped grid gives it (about
+    two waves over 256 experts, up to 25 blocks an expert on a 200-SM GPU): each block walks several
+    tiles. G = 16 (a block a row) and G = 3 (blocks spanning rows); experts empty, full, and with
+    tiles ending inside and past max_m."""
+    for max_m, n in ((64, 2048), (300, 384)):
+        xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
+        masked_m[0], masked_m[1], masked_m[2] = 0, max_m, 17
+        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+        for align in (128, 16):
+            check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
+
+
+@pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_contiguous_short(layout, ue8m0, gen):
     """A contiguous layout of fewer than 4 rows (less than a column layout's tile): rows past M_sum
     untouched."""
