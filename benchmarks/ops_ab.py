@@ -10,9 +10,10 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 ``floor`` (at T = 4096 and 16384: a ``fill_`` of the q rows' bytes and an ``index_select`` of
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
 to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
-contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``), ``engines`` (what engines run in
-their place, ``fp8quant.bench.engines``: quant + scatter beside ``routing``, the masked SiLU
-beside ``silu``, the contiguous one beside ``silu_contig``), ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``),
+``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
+``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
+``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """
