@@ -195,21 +195,20 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 
   // Locate this team's group and its addresses, while the block waits. The pin below keeps the
-  // front end from moving them past the wait; ptxas may still sink the last steps of dst and
-  // scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
+  // front end from moving them past the wait; ptxas may still sink the last steps of t.dst and
+  // t.scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
   int32_t block_unit = blockIdx.x * teams_per_block;
   const int64_t b = blockIdx.y;
-  auto [pos, k_offset, col, src, dst, scale_dst] =
-      team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
-  asm("" : "+l"(src), "+l"(dst), "+l"(scale_dst));
+  TeamSlot<T, Scale> t = team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
+  asm("" : "+l"(t.src), "+l"(t.dst), "+l"(t.scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
   const uint64_t block = uint64_t{blockIdx.y} * gridDim.x + blockIdx.x;  // batches x blocks can pass 2^32
-  if (pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
-    prefetch_slice<T, kAligned>(src);
-    if constexpr (kSource == QuantSource::kSiluMul) prefetch_slice<T, kAligned>(src + p.up_offset);
+  if (t.pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
+    prefetch_slice<T, kAligned>(t.src);
+    if constexpr (kSource == QuantSource::kSiluMul) prefetch_slice<T, kAligned>(t.src + p.up_offset);
   }
 
   // Wait for the previous kernel's writes; let the next kernel launch
@@ -224,13 +223,13 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
     // their (zero) scales; a block whose rows all lie past them is done (its first row is the
     // lowest: units run tile after tile)
-    bool live = pos.valid, in_tile = pos.in_range, quantize = true;
+    bool live = t.pos.valid, in_tile = t.pos.in_range, quantize = true;
     if constexpr (kSource == QuantSource::kSiluMul) {
-      if (narrow_to_moe_rows(p, b, locate<kRowTile>(p, block_unit).m, pos.m, live, in_tile)) return;
+      if (narrow_to_moe_rows(p, b, locate<kRowTile>(p, block_unit).m, t.pos.m, live, in_tile)) return;
       // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
       // quantization of zeros below would store, without the work
       if (__all_sync(kFullMask, !live)) {
-        store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, QuantizedSlice<kUE8M0>{}, pos.g, sub, false,
+        store_group<kTeam, kOrder, kUE8M0, kAligned>(t.dst, t.scale_dst, QuantizedSlice<kUE8M0>{}, t.pos.g, sub, false,
                                                      in_tile);
         if constexpr (!kWalk) return;
         quantize = false;
@@ -241,9 +240,10 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       // Load x's group, and with the scatter source the first of its token's slot rows (both in
       // flight at once)
       int32_t slot_rows[kSlotBatch];
-      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, pos.m, 0, live, slot_rows);
+      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.pos.m, 0, live, slot_rows);
       constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(src, p.up_offset, live);
+      const Slice<T> slice =
+          load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(t.src, p.up_offset, live);
 
       // Reduce amax, scale, quantize
       const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
         // The slots' rows kSlotBatch at a time, all loads before the stores
         const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
         for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
-          if (j0 > 0) load_slot_rows<kSlotBatch>(p, pos.m, j0, live, slot_rows);
+          if (j0 > 0) load_slot_rows<kSlotBatch>(p, t.pos.m, j0, live, slot_rows);
 #pragma unroll
           for (int i = 0; i < kSlotBatch; ++i) {
             if (j0 + i >= p.slots_per_row) break;  // warp-uniform
@@ -261,13 +261,13 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
             const bool keep = row >= 0 && row < dest_total;
             const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
             uint8_t* slot_dst =
-                static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + k_offset;
+                static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + t.k_offset;
             store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
-                slot_dst, scale_at<kOrder, Scale>(p, db, dm, col, p.dest_rows), out, pos.g, sub, keep, keep);
+                slot_dst, scale_at<kOrder, Scale>(p, db, dm, t.col, p.dest_rows), out, t.pos.g, sub, keep, keep);
           }
         }
       } else {
-        store_group<kTeam, kOrder, kUE8M0, kAligned>(dst, scale_dst, out, pos.g, sub, live, in_tile);
+        store_group<kTeam, kOrder, kUE8M0, kAligned>(t.dst, t.scale_dst, out, t.pos.g, sub, live, in_tile);
       }
     }
 
@@ -275,14 +275,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     if constexpr (!kWalk) return;
     if (p.units - block_unit <= block_stride) return;
     block_unit += block_stride;
-    const TeamSlot<T, Scale> next =
-        team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
-    pos = next.pos;
-    k_offset = next.k_offset;
-    col = next.col;
-    src = next.src;
-    dst = next.dst;
-    scale_dst = next.scale_dst;
+    t = team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
   }
 }
 
