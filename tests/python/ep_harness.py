@@ -12,10 +12,12 @@ against ``fp8quant.moe_layer`` (reference backend), the landed rows against
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -388,6 +390,7 @@ ALL_SCENARIOS = {**SCENARIOS, **WORLD4_SCENARIOS, **GPU_SCENARIOS}
 
 
 def _worker(rank: int, world: int, store: str, out: str, device_type: str, names: list[str]) -> None:
+    faulthandler.enable()  # a rank killed by a signal prints its threads' Python stacks
     torch.set_num_threads(1)
     if device_type == "cuda":
         torch.cuda.set_device(rank)
@@ -403,14 +406,21 @@ def _worker(rank: int, world: int, store: str, out: str, device_type: str, names
             except Exception:  # recorded: the parent reports it under the scenario's name
                 failures[name] = traceback.format_exc()
     finally:
-        Path(out, f"rank{rank}.json").write_text(json.dumps(failures))
+        # Record, then rename: the parent reads either nothing or the whole record
+        Path(out, f"rank{rank}.part").write_text(json.dumps(failures))
+        os.replace(Path(out, f"rank{rank}.part"), Path(out, f"rank{rank}.json"))
         # Tear down together: a rank that destroys its group while a peer still has collectives in
-        # flight can abort that peer's transport threads (seen once in CI as "terminate called
-        # without an active exception" in a gloo world)
+        # flight can abort that peer's transport threads (gloo: "terminate called without an
+        # active exception", seen in CI)
         try:
             dist.barrier()
         finally:
             dist.destroy_process_group()
+    # Leave without finalizing the interpreter: its exit runs the communication backend's static
+    # destructors, the one place left where a rank could abort after its work is done
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_world(world: int, device_type: str, names: list[str], tmp: Path) -> dict[str, str]:
@@ -420,8 +430,19 @@ def run_world(world: int, device_type: str, names: list[str], tmp: Path) -> dict
     store = tmp / "store"
     if store.exists():
         os.remove(store)
-    mp.start_processes(_worker, args=(world, str(store), str(tmp), device_type, names), nprocs=world,
-                       start_method="spawn")  # fmt: skip
+    ranks = mp.start_processes(_worker, args=(world, str(store), str(tmp), device_type, names), nprocs=world,
+                               start_method="spawn", join=False)  # fmt: skip
+    try:
+        while not ranks.join():
+            pass
+    except mp.ProcessExitedException as e:
+        # Killed by a signal. Before every rank recorded its scenarios, that is a failure; after,
+        # it is the backend's teardown (seen in CI: gloo's "terminate called without an active
+        # exception"), which says nothing about the scenarios: recorded as a warning
+        if not all((tmp / f"rank{rank}.json").exists() for rank in range(world)):
+            raise
+        warnings.warn(f"world {world}: rank {e.error_index} died in teardown ({e}) after every rank "
+                      "had recorded its scenarios", RuntimeWarning, stacklevel=2)  # fmt: skip
     failed: dict[str, str] = {}
     for rank in range(world):
         for name, text in json.loads((tmp / f"rank{rank}.json").read_text()).items():
