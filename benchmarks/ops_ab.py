@@ -11,6 +11,7 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
 to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
 contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``),
+``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
 ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
@@ -33,6 +34,8 @@ from fp8quant import (
     nvfp4_global_scale,
     nvfp4_quant,
     rms_norm_nvfp4,
+    silu_mul_mxfp8,
+    silu_mul_nvfp4,
     silu_mul_quant,
 )
 from fp8quant.bench import engines, timing
@@ -42,7 +45,7 @@ from fp8quant.bench.moe import TOP_K, routed_tokens
 
 H = 7168  # DeepSeek-V3's hidden size
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
-PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "silu_contig", "engines", "nvfp4")
+PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "silu_contig", "silu_mx", "engines", "nvfp4")
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -103,6 +106,22 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
             emit(label, "engines silu masked", t, us, nbytes)
 
 
+def silu_block_scaled_ops(label: str) -> None:
+    for t in (1, 4, 16, 64, 128, 512, 1024):
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        bounds = moe_bounds(t, TOP_K, E)
+        counts = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum).counts
+        y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+        scales = torch.rand(E, device="cuda", generator=gen) + 0.5
+        live = t * TOP_K * 4 * INTER  # live rows' input; the outputs below
+        for op, call, out_bytes in (
+            ("silu masked mxfp8", lambda i: silu_mul_mxfp8(y, masked_m=counts), INTER + INTER // 32),
+            ("silu masked nvfp4", lambda i: silu_mul_nvfp4(y, scales, masked_m=counts), INTER // 2 + INTER // 16),
+        ):
+            nbytes = live + t * TOP_K * out_bytes
+            emit(label, op, t, time_calls(call, 1, nbytes / (COPY_GBPS * 1e3)), nbytes)
+
+
 def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
     for t in (1, 16, 128, 1024, 4096, 16384):
         gen = torch.Generator(device="cuda").manual_seed(t)
@@ -149,6 +168,8 @@ def main() -> None:
         fp8quant.set_pdl(True)
     if "silu_contig" in parts:
         silu_contiguous_ops(label, with_engines="engines" in parts)
+    if "silu_mx" in parts:
+        silu_block_scaled_ops(label)
     if "nvfp4" in parts:
         nvfp4_ops(label)
 
