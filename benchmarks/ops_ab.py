@@ -11,6 +11,8 @@ T = 1 to 16384, DeepSeek-V3's k = 8 of E = 256, H = 7168, static bounds), ``disp
 uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_mul_quant, T = 1
 to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
 contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``),
+``silu_skew`` (masked silu_mul_quant and the engines' beside it, T = 16 to 1024, with skewed
+counts: every token on the same 8 experts, and a Zipf law over the experts capped at T),
 ``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
@@ -45,7 +47,18 @@ from fp8quant.bench.moe import TOP_K, routed_tokens
 
 H = 7168  # DeepSeek-V3's hidden size
 COPY_GBPS = 4200.0  # the H200's eager copy bandwidth, for the percentages
-PARTS = ("routing", "dispatch", "floor", "silu", "silu_nopdl", "silu_contig", "silu_mx", "engines", "nvfp4")
+PARTS = (
+    "routing",
+    "dispatch",
+    "floor",
+    "silu",
+    "silu_nopdl",
+    "silu_contig",
+    "silu_skew",
+    "silu_mx",
+    "engines",
+    "nvfp4",
+)
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -104,6 +117,33 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
         if with_engines:
             us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, nbytes / (COPY_GBPS * 1e3))
             emit(label, "engines silu masked", t, us, nbytes)
+
+
+def skewed_counts(t: int, law: str) -> torch.Tensor:
+    """Per-expert rows of T tokens' top-k slots that load the experts unevenly: "top8" every token
+    on experts 0-7; "zipf" expert e's share proportional to 1 / (e + 1), at most T an expert."""
+    if law == "top8":
+        counts = torch.zeros(E, dtype=torch.int32)
+        counts[:TOP_K] = t
+        return counts.cuda()
+    share = 1.0 / torch.arange(1, E + 1, dtype=torch.float64)
+    counts = (share / share.sum() * t * TOP_K).floor().clamp(max=t).to(torch.int32)
+    return counts.cuda()
+
+
+def silu_skewed_ops(label: str) -> None:
+    for t in (16, 128, 512, 1024):
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        y = torch.randn((E, max(t, 1), 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+        for law in ("top8", "zipf"):
+            counts = skewed_counts(t, law)
+            nbytes = int(counts.sum()) * (4 * INTER + INTER + 4 * INTER // 128)
+            est = nbytes / (COPY_GBPS * 1e3)
+            emit(
+                label, f"silu masked {law}", t, time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est), nbytes
+            )
+            us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
+            emit(label, f"engines silu masked {law}", t, us, nbytes)
 
 
 def silu_block_scaled_ops(label: str) -> None:
@@ -168,6 +208,8 @@ def main() -> None:
         fp8quant.set_pdl(True)
     if "silu_contig" in parts:
         silu_contiguous_ops(label, with_engines="engines" in parts)
+    if "silu_skew" in parts:
+        silu_skewed_ops(label)
     if "silu_mx" in parts:
         silu_block_scaled_ops(label)
     if "nvfp4" in parts:

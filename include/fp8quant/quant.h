@@ -50,13 +50,14 @@ typedef struct fp8quant_scale_shape {
 /**
  * @brief Compute the scale geometry of a layout.
  *
- * @param scale_layout Scale layout.
- * A size query: no launch limit applies, only sizes past 64 bits are refused.
+ * A size query: no launch limit applies; refused only where the scales (TMA-aligned rows
+ * included) would reach 2^56 elements.
  *
+ * @param scale_layout Scale layout.
  * @param batch       Number of batches (1 for 2-D input), >= 0.
  * @param m           Rows per batch, >= 0.
  * @param num_groups  Groups per row (`K / group_size`), >= 0.
- * @param[out] shape  Filled on success.
+ * @param[out] shape  Filled on success; must not be null.
  */
 FP8QUANT_API fp8quant_status_t fp8quant_scale_shape(fp8quant_scale_layout_t scale_layout, int64_t batch, int64_t m,
                                                     int64_t num_groups, fp8quant_scale_shape_t* shape);

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser = commands.add_parser(
         "bench",
         help="time fp8quant's kernels: per_token_group_quant (default), or --host-overhead, --weights, --gemm, "
-        "--moe, --norm, --model",
+        "--moe, --norm, --mx, --model",
         description=bench.DESCRIPTION,
         epilog=bench.epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

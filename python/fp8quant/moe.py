@@ -105,7 +105,7 @@ def moe_bounds(tokens: int, top_k: int, num_experts: int, *, align: int = 128) -
 
     - ``max_m_sum = T*k + min(T*k, E) * (align - 1)``, rounded up to ``align``: every slot a row,
       and at most ``min(T*k, E)`` experts each padded by fewer than ``align`` rows;
-    - ``max_m = T``: top-k ids of one token are distinct, so no expert gets more than T slots
+    - ``max_m = max(T, 1)``: top-k ids of one token are distinct, so no expert gets more than T slots
       (ids that repeat within a token can exceed it; :meth:`MoeRouting.check` then says so).
 
     Example::

@@ -71,6 +71,8 @@ def per_token_group_quant(
     Example::
 
         q, s = fp8quant.per_token_group_quant(x, 128, scale_layout="mn_tma")
+        # ceil(K / 128) a multiple of 4 (docs/backends.md: cuBLASLt misreads w_s otherwise);
+        # fp8quant.linear prepares the weight for any K
         y = torch._scaled_mm(q, w_q.t(), s, w_s.t(), out_dtype=torch.bfloat16)
     """
     ue8m0 = resolve_ue8m0(scale_layout, ue8m0)

@@ -61,6 +61,8 @@ def per_block_quant(
     Example::
 
         w_q, w_s = fp8quant.per_block_quant(w)   # w [N, K] bf16 on the GPU
+        # ceil(K / 128) a multiple of 4 (docs/backends.md: cuBLASLt misreads w_s otherwise);
+        # fp8quant.linear prepares the weight for any K
         y = torch._scaled_mm(a_q, w_q.t(), a_s, w_s.t(), out_dtype=torch.bfloat16)
     """
     check_block_quant_args(w, block_size, ue8m0, eps)

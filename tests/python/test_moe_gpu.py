@@ -265,12 +265,13 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
     """Masked layouts with more block tiles per expert than the launch's capped grid gives it (about
     two waves over 256 experts, up to 25 blocks an expert on a 200-SM GPU): each block walks several
-    tiles. G = 16 (a block a row) and G = 3 (blocks spanning rows); experts empty, full, and with
-    tiles ending inside and past max_m."""
+    tiles. G = 16 (a block a row) and G = 3 (blocks spanning rows); experts empty, full, with tiles
+    ending inside and past max_m, and with counts ending exactly at a 128-row tile."""
     for max_m, n in ((64, 2048), (300, 384)):
         xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
         masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
         masked_m[0], masked_m[1], masked_m[2] = 0, max_m, 17
+        masked_m[3], masked_m[4] = min(128, max_m), min(256, max_m)
         xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
         for align in (128, 16):
             check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)

@@ -38,7 +38,7 @@ OPTIONS = ("quick", "m", "k", "formats", "dtype", "group_size", "baselines", "ro
 #: The modes, one a run (None: the default, per_token_group_quant), and the options each takes:
 #: main() refuses any other, and --help prints this table.
 MODE_OPTIONS = {
-    None: OPTIONS,
+    None: ("quick", "m", "k", "formats", "dtype", "group_size", "baselines", "rotation_mib"),
     "host_overhead": ("m", "k", "formats", "dtype"),
     "weights": ("m", "k", "dtype", "rotation_mib"),
     "gemm": ("m",),
