@@ -105,13 +105,26 @@ def routing_ops(label: str, parts: set[str]) -> None:
             emit(label, "floor fill", t, time_calls(lambda i: out.fill_(1), 1, est), kept * H)
 
 
+#: A SiLU row's bytes: bf16 gate and up read; FP8 q and fp32 scales written
+SILU_IN_BYTES = 4 * INTER
+SILU_ROW_BYTES = SILU_IN_BYTES + INTER + 4 * INTER // 128
+MASKED_SILU_T = (1, 4, 16, 64, 128, 512, 1024)
+
+
+def masked_silu_input(t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
+    """The masked layout's input at T tokens' static bounds, its per-expert counts from a random
+    routing, and the generator that made them."""
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    bounds = moe_bounds(t, TOP_K, E)
+    counts = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum).counts
+    y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+    return y, counts, gen
+
+
 def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
-    for t in (1, 4, 16, 64, 128, 512, 1024):
-        gen = torch.Generator(device="cuda").manual_seed(t)
-        bounds = moe_bounds(t, TOP_K, E)
-        counts = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum).counts
-        y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
-        nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
+    for t in MASKED_SILU_T:
+        y, counts, _ = masked_silu_input(t)
+        nbytes = t * TOP_K * SILU_ROW_BYTES  # live rows only
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, nbytes / (COPY_GBPS * 1e3))
         emit(label, "silu masked" + suffix, t, us, nbytes)
         if with_engines:
@@ -137,7 +150,7 @@ def silu_skewed_ops(label: str) -> None:
         y = torch.randn((E, max(t, 1), 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
         for law in ("top8", "zipf"):
             counts = skewed_counts(t, law)
-            nbytes = int(counts.sum()) * (4 * INTER + INTER + 4 * INTER // 128)
+            nbytes = int(counts.sum()) * SILU_ROW_BYTES
             est = nbytes / (COPY_GBPS * 1e3)
             emit(
                 label, f"silu masked {law}", t, time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est), nbytes
@@ -147,13 +160,10 @@ def silu_skewed_ops(label: str) -> None:
 
 
 def silu_block_scaled_ops(label: str) -> None:
-    for t in (1, 4, 16, 64, 128, 512, 1024):
-        gen = torch.Generator(device="cuda").manual_seed(t)
-        bounds = moe_bounds(t, TOP_K, E)
-        counts = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum).counts
-        y = torch.randn((E, bounds.max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+    for t in MASKED_SILU_T:
+        y, counts, gen = masked_silu_input(t)
         scales = torch.rand(E, device="cuda", generator=gen) + 0.5
-        live = t * TOP_K * 4 * INTER  # live rows' input; the outputs below
+        live = t * TOP_K * SILU_IN_BYTES  # live rows' input; the outputs below
         for op, call, out_bytes in (
             ("silu masked mxfp8", lambda i: silu_mul_mxfp8(y, masked_m=counts), INTER + INTER // 32),
             ("silu masked nvfp4", lambda i: silu_mul_nvfp4(y, scales, masked_m=counts), INTER // 2 + INTER // 16),
@@ -168,7 +178,7 @@ def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
         bounds = moe_bounds(t, TOP_K, E)
         routing = moe_routing(routed_tokens(t, H, "cuda", gen)[1], E, max_m_sum=bounds.max_m_sum)
         y = torch.randn((bounds.max_m_sum, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
-        nbytes = t * TOP_K * (4 * INTER + INTER + 4 * INTER // 128)  # live rows only
+        nbytes = t * TOP_K * SILU_ROW_BYTES  # live rows only
         est = nbytes / (COPY_GBPS * 1e3)
         us = time_calls(
             lambda i: silu_mul_quant(y, m_indices=routing.m_indices, row_offsets=routing.row_offsets), 1, est
