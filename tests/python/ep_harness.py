@@ -436,9 +436,10 @@ def run_world(world: int, device_type: str, names: list[str], tmp: Path) -> dict
         while not ranks.join():
             pass
     except mp.ProcessExitedException as e:
-        # Killed by a signal. Before every rank recorded its scenarios, that is a failure; after,
-        # it is the backend's teardown (seen in CI: gloo's "terminate called without an active
-        # exception"), which says nothing about the scenarios: recorded as a warning
+        # A rank ended without a Python exception (a signal or an exit status). Before every rank
+        # recorded its scenarios, that is a failure; after, it is the backend's teardown (seen in
+        # CI: gloo's "terminate called without an active exception"), which says nothing about
+        # the scenarios: recorded as a warning
         if not all((tmp / f"rank{rank}.json").exists() for rank in range(world)):
             raise
         warnings.warn(f"world {world}: rank {e.error_index} died in teardown ({e}) after every rank "

@@ -263,10 +263,11 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
-    """Masked layouts with more block tiles per expert than the launch's capped grid gives it (about
-    two waves over 256 experts, up to 25 blocks an expert on a 200-SM GPU): each block walks several
-    tiles. G = 16 (a block a row) and G = 3 (blocks spanning rows); experts empty, full, with tiles
-    ending inside and past max_m, and with counts ending exactly at a 128-row tile."""
+    """Masked layouts with more block tiles per expert than the launch's capped grid gives it (two
+    waves over 256 experts: at most 8 blocks an SM, so at most 14 blocks an expert up to 224 SMs):
+    each block walks several tiles. 32 teams a block: G = 16 two rows a tile (32 tiles an expert)
+    and G = 3 about eleven (29 tiles, 38 packed); experts empty, full, with tiles ending inside and
+    past max_m, and with counts ending exactly at a 128-row tile."""
     for max_m, n in ((64, 2048), (300, 384)):
         xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
         masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
