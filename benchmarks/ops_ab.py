@@ -16,7 +16,8 @@ counts: every token on the same 8 experts, and a Zipf law over the experts cappe
 ``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
-``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768, K = 7168). Method of
+``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768 at K = 7168, and M = 2048 to 32768 at
+K = 2048, ops suffixed `` k2048``). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """
@@ -190,8 +191,10 @@ def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
 
 
 def nvfp4_ops(label: str) -> None:
-    k = 7168
-    for m in (1, 128, 2048, 4096, 16384, 32768):
+    shapes = [(m, 7168) for m in (1, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)]
+    shapes += [(m, 2048) for m in (2048, 8192, 32768)]
+    for m, k in shapes:
+        suffix = "" if k == 7168 else f" k{k}"
         n = timing.rotation_sets(m * k * 2)
         sets = [timing.random_input(m, k, torch.bfloat16, "cuda") for _ in range(n)]
         global_scale = nvfp4_global_scale(sets[0])
@@ -199,9 +202,10 @@ def nvfp4_ops(label: str) -> None:
         scale_bytes = (m + 127) // 128 * 128 * ((k // 16 + 3) // 4 * 4)  # swizzled
         nbytes = m * k * 2 + m * k // 2 + scale_bytes
         est = nbytes / (COPY_GBPS * 1e3)
-        emit(label, "nvfp4", m, time_calls(lambda i: nvfp4_quant(sets[i], global_scale), n, est), nbytes, n)
+        us = time_calls(lambda i: nvfp4_quant(sets[i], global_scale), n, est)
+        emit(label, "nvfp4" + suffix, m, us, nbytes, n)
         us = time_calls(lambda i: rms_norm_nvfp4(sets[i], weight, global_scale), n, est)
-        emit(label, "rms_norm_nvfp4", m, us, nbytes + 2 * k, n)
+        emit(label, "rms_norm_nvfp4" + suffix, m, us, nbytes + 2 * k, n)
 
 
 def main() -> None:
