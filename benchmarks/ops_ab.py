@@ -148,14 +148,14 @@ def skewed_counts(t: int, law: str) -> torch.Tensor:
 def silu_skewed_ops(label: str) -> None:
     for t in (16, 128, 512, 1024):
         gen = torch.Generator(device="cuda").manual_seed(t)
-        y = torch.randn((E, max(t, 1), 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
+        max_m = moe_bounds(t, TOP_K, E).max_m
+        y = torch.randn((E, max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
         for law in ("top8", "zipf"):
             counts = skewed_counts(t, law)
             nbytes = int(counts.sum()) * SILU_ROW_BYTES
             est = nbytes / (COPY_GBPS * 1e3)
-            emit(
-                label, f"silu masked {law}", t, time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est), nbytes
-            )
+            us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
+            emit(label, f"silu masked {law}", t, us, nbytes)
             us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
             emit(label, f"engines silu masked {law}", t, us, nbytes)
 

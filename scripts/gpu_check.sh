@@ -2,7 +2,8 @@
 # Validate fp8quant on a machine with a compute capability 9.0 or 10.x GPU, with fp8quant
 # already installed in the current Python: the C++ tests, the whole pytest suite,
 # compute-sanitizer (memcheck, racecheck) on representative launches, and the benchmarks (device
-# time of the quantizer, weights, GEMM and MoE modes; eager host time). Logs go to $LOGDIR (default build/gpu-check). Stages can be picked:
+# time of the quantizer, weights, GEMM and MoE modes; eager host time). Logs go to $LOGDIR
+# (default build/gpu-check). Stages can be picked:
 # scripts/gpu_check.sh ctest pytest sanitize bench
 #
 # DeepGEMM, the consumer of fp8quant's DeepGEMM formats, is installed first when a wheel of it is
