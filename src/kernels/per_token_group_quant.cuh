@@ -322,8 +322,12 @@ constexpr int64_t kWalkWaves = 2;
 
 inline uint32_t silu_walk_blocks(const QuantProblem& problem, uint32_t blocks) {
   if (problem.row_counts == nullptr) return blocks;
-  const int64_t cap = std::max<int64_t>(1, (kWalkWaves * problem.prefetch_blocks + problem.batch - 1) / problem.batch);
-  return blocks >= 2 * cap ? static_cast<uint32_t>(cap) : blocks;
+  const auto per_batch = [&](int64_t waves) {
+    return std::max<int64_t>(1, (waves * problem.prefetch_blocks + problem.batch - 1) / problem.batch);
+  };
+  // Two tiles a block or more, between one wave and kWalkWaves
+  const int64_t cap = std::min<int64_t>(blocks / 2, per_batch(kWalkWaves));
+  return cap >= per_batch(1) ? static_cast<uint32_t>(cap) : blocks;
 }
 
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
