@@ -35,4 +35,19 @@ cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t s
   return err;
 }
 
+// Blocks of kKernel, launched kThreads wide, that one SM holds at once (its occupancy), asked once
+// per kernel; the thread limit's count where the query fails.
+template <auto kKernel, int kThreads>
+int resident_blocks_per_sm() {
+  static const int blocks = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess || n < 1) {
+      cudaGetLastError();  // not sticky
+      n = 2048 / kThreads;
+    }
+    return n;
+  }();
+  return blocks;
+}
+
 }  // namespace fp8quant

@@ -165,15 +165,46 @@ __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p
   }
 }
 
+// A team's scale slot in batch blockIdx.y, for the block tile that starts at unit block_unit (lane `sub`
+// of the team): its unit, row r, group slot c, element column, and its addresses in x, q and
+// the scales.
+template <typename T>
+struct MxTeamSlot {
+  int32_t unit;
+  int32_t r;
+  int32_t c;
+  int64_t col;
+  const T* src;
+  uint8_t* dst;
+  uint8_t* scale;
+};
+
+template <typename T, BlockFormat kFormat, bool kSwizzled>
+__device__ __forceinline__ MxTeamSlot<T> mx_team_slot(const BlockScaledProblem& p, int32_t block_unit, int sub) {
+  using Format = FormatOf<kFormat>;
+  MxTeamSlot<T> t;
+  t.unit = block_unit + static_cast<int32_t>(threadIdx.x) / Format::kTeam;
+  t.r = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(t.unit)));
+  t.c = t.unit - t.r * p.slots;
+  const int64_t b = blockIdx.y;
+  t.col = int64_t{t.c} * Format::kGroup + sub * kElemsPerThread;
+  t.src = static_cast<const T*>(p.x) + b * p.x_batch_stride + t.r * p.x_row_stride + t.col;
+  t.dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + t.r * p.q_row_stride +
+          t.col * Format::kQBytes / kElemsPerThread;
+  t.scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, t.r, t.c);
+  return t;
+}
+
 // The kernel: a team's scale slot (row r, group slot c), its group quantized (with the MoE
 // sources, the row's or the token's), q and the scale byte stored; or with kChunked a warp's chunk.
 template <class Arch, typename T, BlockFormat kFormat, bool kSwizzled, bool kAligned, QuantSource kSource,
-          bool kChunked = false>
+          bool kChunked = false, bool kWalk = false>
 __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __grid_constant__ BlockScaledProblem p) {
   using Format = FormatOf<kFormat>;
   constexpr int kTeams = kMxThreads / Format::kTeam;
   static_assert(kSource != QuantSource::kScatter || Format::kFp4, "the block-scaled dispatch is NVFP4's");
   static_assert(!kChunked || (Format::kFp4 && kSource == QuantSource::kRows), "chunks are NVFP4's plain rows'");
+  static_assert(!kWalk || kSource == QuantSource::kSiluMul, "only the SiLU-and-mul source walks block tiles");
   if constexpr (kChunked) {
     quantize_nvfp4_chunk<T, kSwizzled, kAligned>(p);
     return;
@@ -186,59 +217,75 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
 
   // Locate this team's slot
   const int sub = threadIdx.x % Format::kTeam;
-  const int32_t unit = static_cast<int32_t>(blockIdx.x) * kTeams + static_cast<int32_t>(threadIdx.x) / Format::kTeam;
-  const int32_t r = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(unit)));
-  const int32_t c = unit - r * p.slots;
+  int32_t block_unit = static_cast<int32_t>(blockIdx.x) * kTeams;
   const int64_t b = blockIdx.y;
-  const int64_t col = int64_t{c} * Format::kGroup + sub * kElemsPerThread;
-  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + r * p.x_row_stride + col;
-  uint8_t* dst =
-      static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + r * p.q_row_stride + col * Format::kQBytes / kElemsPerThread;
-  uint8_t* scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, r, c);
+  auto [unit, r, c, col, src, dst, scale] = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Map the row: a real group is live; the MoE layouts' rows without a token are not, and store
-  // their (zero) scale bytes only inside a tile. A block past every tile leaves at once, and so
-  // does a warp of rows without tokens, after storing those bytes
-  bool in_tile = unit < p.units;
-  bool live = in_tile && r < p.m && c < p.num_groups;
-  if constexpr (kSource == QuantSource::kSiluMul) {
-    const int32_t block_first_row =
-        static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(blockIdx.x * kTeams)));
-    if (narrow_to_moe_rows(p, b, block_first_row, r, live, in_tile)) return;
-    if (__all_sync(kFullMask, !live)) {
-      if (in_tile && sub == 0) *scale = 0;
-      return;
+  // Quantize the team's group; with kWalk (a masked SiLU-and-mul launch whose grid is capped:
+  // walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles or
+  // the launch's units end
+  const int32_t block_stride = static_cast<int32_t>(gridDim.x) * kTeams;
+  for (;;) {
+    // Map the row: a real group is live; the MoE layouts' rows without a token are not, and
+    // store their (zero) scale bytes only inside a tile. A block past every tile is done, and a
+    // warp of rows without tokens, after storing those bytes, has nothing more in this tile
+    bool in_tile = unit < p.units;
+    bool live = in_tile && r < p.m && c < p.num_groups;
+    bool quantize = true;
+    if constexpr (kSource == QuantSource::kSiluMul) {
+      const int32_t block_first_row = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(block_unit)));
+      if (narrow_to_moe_rows(p, b, block_first_row, r, live, in_tile)) return;
+      if (__all_sync(kFullMask, !live)) {
+        if (in_tile && sub == 0) *scale = 0;
+        if constexpr (!kWalk) return;
+        quantize = false;
+      }
     }
+
+    if (quantize) {
+      // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
+      // first of the token's slot rows (both in flight at once)
+      int32_t slot_rows[kSlotBatch];
+      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, r, 0, in_tile, slot_rows);
+      constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
+
+      // Scatter: encode for each slot's expert, store at the slot's row
+      if constexpr (kSource == QuantSource::kScatter) {
+        scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2, slot_rows);
+        return;
+      }
+
+      // Reduce amax, scale byte, quantize (NVFP4: with the encode scale of the batch, or of the
+      // row's expert)
+      float global_scale = 0.0f;
+      if constexpr (Format::kFp4) {
+        global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + r) : 0) : b);
+      }
+      const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
+
+      // Store q, and the scale byte (0 in the padding slots)
+      if (live) store_block_q<kFormat, kAligned>(dst, out);
+      if (in_tile && sub == 0) *scale = live ? static_cast<uint8_t>(out.scale) : 0;
+    }
+
+    // The next block tile (block-uniform)
+    if constexpr (!kWalk) return;
+    if (p.units - block_unit <= block_stride) return;
+    block_unit += block_stride;
+    const MxTeamSlot<T> next = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
+    unit = next.unit;
+    r = next.r;
+    c = next.c;
+    col = next.col;
+    src = next.src;
+    dst = next.dst;
+    scale = next.scale;
   }
-
-  // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
-  // first of the token's slot rows (both in flight at once)
-  int32_t slot_rows[kSlotBatch];
-  if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, r, 0, in_tile, slot_rows);
-  constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-  const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
-
-  // Scatter: encode for each slot's expert, store at the slot's row
-  if constexpr (kSource == QuantSource::kScatter) {
-    scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2, slot_rows);
-    return;
-  }
-
-  // Reduce amax, scale byte, quantize (NVFP4: with the encode scale of the batch, or of the row's
-  // expert)
-  float global_scale = 0.0f;
-  if constexpr (Format::kFp4) {
-    global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + r) : 0) : b);
-  }
-  const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
-
-  // Store q, and the scale byte (0 in the padding slots)
-  if (live) store_block_q<kFormat, kAligned>(dst, out);
-  if (in_tile && sub == 0) *scale = live ? static_cast<uint8_t>(out.scale) : 0;
 }
 
 // Launch the kernel of one instantiation on `stream` (kScatter: the token blocks, then the
@@ -256,6 +303,17 @@ fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cuda
   } else {
     constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
     grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);
+    if constexpr (kSource == QuantSource::kSiluMul) {
+      const int64_t wave = int64_t{problem.sm_count} * resident_blocks_per_sm<kernel, kMxThreads>();
+      const uint32_t walk = walk_blocks(problem, wave, grid.x);
+      if (walk < grid.x) {
+        constexpr auto walker =
+            block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource, false, /*kWalk=*/true>;
+        grid.x = walk;
+        return cuda_error(launch_with_pdl(walker, grid, dim3(kMxThreads), stream, problem, problem.pdl),
+                          "kernel launch");
+      }
+    }
   }
   return cuda_error(launch_with_pdl(kernel, grid, dim3(kMxThreads), stream, problem, problem.pdl), "kernel launch");
 }

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace fp8quant::kernels {
@@ -106,6 +107,27 @@ dim3 token_and_padding_grid(Problem& problem, int teams_per_block, int32_t colum
   problem.pad_chunks = (columns + kChunk - 1) / kChunk;
   const int pad_blocks = scatter ? problem.experts * problem.pad_chunks : 0;
   return dim3(problem.token_blocks + pad_blocks, problem.batch);
+}
+
+// Blocks per batch of a masked SiLU-and-mul launch (p.row_counts set) that needs `blocks` to give
+// each team a unit of its own, of which one SM holds `wave` / sm_count at once: when that leaves
+// each block two tiles or more, between one and kWalkWaves waves of the whole launch, the
+// kernel's blocks then walking every gridDim.x-th block tile of their batch (kWalk); else
+// `blocks`. Engines size the masked layout by a static bound (max_m = T, or T rounded up to 128)
+// where an expert holds about T * k / E rows: a block per tile of the bound's rows would launch
+// blocks by the hundred thousand at prefill, nearly all of them only to find their rows empty.
+// Below two tiles a block, the walking kernel's longer prologue costs more than the blocks it
+// saves. The choice is measured: docs/benchmarks-history.md, twentieth run.
+constexpr int64_t kWalkWaves = 2;
+
+template <class Problem>
+uint32_t walk_blocks(const Problem& p, int64_t wave, uint32_t blocks) {
+  if (p.row_counts == nullptr) return blocks;
+  const auto per_batch = [&](int64_t waves) {
+    return std::max<int64_t>(1, (waves * wave + p.batch - 1) / std::max<int64_t>(p.batch, 1));
+  };
+  const int64_t cap = std::min<int64_t>(blocks / 2, per_batch(kWalkWaves));
+  return cap >= per_batch(1) ? static_cast<uint32_t>(cap) : blocks;
 }
 
 }  // namespace fp8quant::kernels

@@ -16,7 +16,7 @@
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
 // tile and nothing else. A block's teams take one tile of units, except in a masked SiLU-and-mul
-// launch over many rows: its grid is capped at about two waves (silu_walk_blocks), and each
+// launch over many rows: its grid is capped at about two waves (walk_blocks), and each
 // block walks every gridDim.x-th tile of its batch until the batch's tiles end (kWalk).
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
@@ -30,7 +30,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -216,7 +215,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm volatile("griddepcontrol.launch_dependents;");
 
   // Quantize the team's group; with kWalk (a masked SiLU-and-mul launch whose grid is capped:
-  // silu_walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles
+  // walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles
   // or the launch's units end
   const int32_t block_stride = gridDim.x * teams_per_block;
   for (;;) {
@@ -279,20 +278,6 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   }
 }
 
-// Blocks of kKernel one SM holds at once (its occupancy), asked once per kernel.
-template <class Arch, auto kKernel>
-int resident_blocks_per_sm() {
-  static const int blocks = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, Arch::kBlockThreads, 0) != cudaSuccess || n < 1) {
-      cudaGetLastError();  // not sticky: fall back to the thread limit
-      n = 2048 / Arch::kBlockThreads;
-    }
-    return n;
-  }();
-  return blocks;
-}
-
 // Threads per block: Arch::kBlockThreads, or one warp when the whole launch is at most two warps
 // of teams per SM (M <= 16 at K = 7168). Whole blocks would crowd such a launch onto a few SMs
 // (M = 1: 56 groups in two blocks), each reading and converting its share alone; single-warp
@@ -309,27 +294,6 @@ int block_threads(const QuantProblem& p) {
   return warps <= int64_t{kMaxWarpsPerSm} * p.sm_count ? 32 : Arch::kBlockThreads;
 }
 
-// Blocks per batch of a masked SiLU-and-mul launch (row_counts) that gives each team a unit of
-// its own in `blocks`: capped at about two waves of the whole launch (kWalkWaves times the first
-// wave, prefetch_blocks) when that leaves each block two tiles or more, the kernel's blocks then
-// walking every gridDim.x-th block tile (kWalk). Engines size the masked layout by a static bound
-// (max_m = T, or T rounded up to 128) where an expert holds about T * k / E rows: a block per
-// tile of the bound's rows would launch blocks by the hundred thousand at prefill, nearly all of
-// them only to find their rows empty. Below two tiles a block, the walking kernel's longer
-// prologue costs more than the blocks it saves. The choice is measured: docs/
-// benchmarks-history.md, twentieth run.
-constexpr int64_t kWalkWaves = 2;
-
-inline uint32_t silu_walk_blocks(const QuantProblem& problem, uint32_t blocks) {
-  if (problem.row_counts == nullptr) return blocks;
-  const auto per_batch = [&](int64_t waves) {
-    return std::max<int64_t>(1, (waves * problem.prefetch_blocks + problem.batch - 1) / problem.batch);
-  };
-  // Two tiles a block or more, between one wave and kWalkWaves
-  const int64_t cap = std::min<int64_t>(blocks / 2, per_batch(kWalkWaves));
-  return cap >= per_batch(1) ? static_cast<uint32_t>(cap) : blocks;
-}
-
 // Launch the kernel of one instantiation (every template value fixed) on `stream`.
 template <class Arch, typename T, int kGroupSize, QuantSource kSource>
 fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stream) {
@@ -337,12 +301,12 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
     return FP8QUANT_DISPATCH_BOOL(problem.aligned, kAligned, [&] {
       constexpr int kTeam = kGroupSize / kElemsPerThread;
       constexpr auto kernel = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource>;
-      problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<Arch, kernel>();
+      problem.prefetch_blocks = problem.sm_count * resident_blocks_per_sm<kernel, Arch::kBlockThreads>();
       const int threads = block_threads<Arch, kTeam>(problem);
       dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                       kSource == QuantSource::kScatter);
       if constexpr (kSource == QuantSource::kSiluMul) {
-        const uint32_t walk = silu_walk_blocks(problem, grid.x);
+        const uint32_t walk = walk_blocks(problem, problem.prefetch_blocks, grid.x);
         if (walk < grid.x) {
           constexpr auto walker =
               per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource, /*kWalk=*/true>;

@@ -221,6 +221,23 @@ def test_silu_mul_block_scaled_moe_layouts(fmt, layout, gen):
         check_silu(fmt, xm, layout, g=torch.tensor(50.0, device="cuda"), masked_m=masked_m)  # one for all
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_silu_mul_block_scaled_masked_walk(fmt, layout, gen):
+    """Masked layouts with more block tiles per expert than the launch's capped grid gives it
+    (256 experts): each block walks several tiles. Blocks of several rows (I = 512) and of one
+    row or less (I = 3072, MXFP8 96 slots, NVFP4 192); experts empty, full, and with tiles ending
+    inside and past max_m."""
+    for max_m, n in ((130, 512), (40, 3072)):
+        xm = make_input((256, max_m, 2 * n), torch.bfloat16, gen)
+        masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
+        masked_m[0], masked_m[1], masked_m[2] = 0, max_m, 17
+        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+        g = torch.rand(256, generator=gen, device="cuda") * 1000 + 1 if fmt == "nvfp4" else None
+        for align in (128, 16):
+            check_silu(fmt, xm, layout, g=g, masked_m=masked_m, align=align)
+
+
 def test_silu_mul_block_scaled_unaligned_stream_graph(gen):
     wide = make_input((77, 2 * 384 + 16), torch.bfloat16, gen)
     check_silu("mxfp8", wide[:, 1 : 1 + 2 * 384], "swizzled")  # misaligned rows: the element-wise path
