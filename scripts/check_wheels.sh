@@ -6,7 +6,7 @@
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
 #      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 180 group-quantization, 14 weight, 5
-#      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 96 block-scaled kernels
+#      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 132 block-scaled kernels
 #      each, and Blackwell's e2m1 / ue8m0 conversion instructions in the sm_100 block-scaled ones;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
 #      package (not the source tree); the abi3 wheel's extension loaded by Python 3.12;
@@ -79,11 +79,12 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #   rms_norm_block_scaled: 2 dtypes x residual x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x (row, swizzled);
     #   block_scaled_quant: (x's rows, SiLU-and-mul) x 3 dtypes x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x
     #     (row, swizzled) x aligned = 72, plus NVFP4's dispatch and its rows in chunks: 2 x 3 dtypes x
-    #     2 layouts x aligned
+    #     2 layouts x aligned, plus the SiLU-and-mul's walking kernels (masked launches over many
+    #     rows): 3 dtypes x 3 x 2 x aligned = 36
     counts=""
     for spec in per_token_group_quant_kernel:180 per_block_quant_kernel:14 scale_transform_kernel:5 \
                 moe_combine_kernel:6 "moe_(route|count|place|chunk_count|chunk_scan|chunk_place)_kernel:11" rms_norm_kernel:64 \
-                rms_norm_block_scaled_kernel:24 block_scaled_quant_kernel:96; do
+                rms_norm_block_scaled_kernel:24 block_scaled_quant_kernel:132; do
       family=${spec%:*} expected=${spec##*:}
       n=$(grep -cE "$family.*\.$arch\." <<<"$listing")
       [ "$n" -eq "$expected" ] || { echo "FAIL: $n $family for $arch, expected $expected"; exit 1; }
@@ -92,14 +93,14 @@ for wheel in "$out"/wheelhouse/*.whl; do
     echo "$arch:$counts"
   done
   # Blackwell's hardware conversions (src/common/math.cuh): in every sm_100 block-scaled NVFP4
-  # kernel (e2m1: 48 quantizer + 8 norm) and MXFP8 RCEIL kernel (ue8m0: 24 + 8); sm_90a has
+  # kernel (e2m1: 60 quantizer + 8 norm) and MXFP8 RCEIL kernel (ue8m0: 36 + 8); sm_90a has
   # neither instruction
   for arch in sm_90a sm_100; do
     hw=$(PATH="$(dirname "$nvdisasm"):$PATH" "$cuobjdump" -sass -arch "$arch" "$out/unpacked/fp8quant/libfp8quant.so" |
       awk '/Function :/ { fn = $3 } /F2FP.*E2M1/ { e2m1[fn] = 1 } /F2FP.*\.E8\./ { e8[fn] = 1 }
            END { for (f in e2m1) if (f ~ /block_scaled/) a++; for (f in e8) if (f ~ /block_scaled/) b++;
                  printf "%d %d", a, b }')
-    expected=$([ "$arch" = sm_100 ] && echo "56 32" || echo "0 0")
+    expected=$([ "$arch" = sm_100 ] && echo "68 44" || echo "0 0")
     [ "$hw" = "$expected" ] ||
       { echo "FAIL: $arch block-scaled kernels with e2m1 / ue8m0 conversions: $hw, expected $expected"; exit 1; }
     echo "$arch: hardware e2m1 / ue8m0 conversions in $hw block-scaled kernels"
