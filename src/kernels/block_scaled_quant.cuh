@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
   const int sub = threadIdx.x % Format::kTeam;
   int32_t block_unit = static_cast<int32_t>(blockIdx.x) * kTeams;
   const int64_t b = blockIdx.y;
-  auto [unit, r, c, col, src, dst, scale] = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
+  MxTeamSlot<T> t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -233,14 +233,14 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
     // Map the row: a real group is live; the MoE layouts' rows without a token are not, and
     // store their (zero) scale bytes only inside a tile. A block past every tile is done, and a
     // warp of rows without tokens, after storing those bytes, has nothing more in this tile
-    bool in_tile = unit < p.units;
-    bool live = in_tile && r < p.m && c < p.num_groups;
+    bool in_tile = t.unit < p.units;
+    bool live = in_tile && t.r < p.m && t.c < p.num_groups;
     bool quantize = true;
     if constexpr (kSource == QuantSource::kSiluMul) {
       const int32_t block_first_row = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(block_unit)));
-      if (narrow_to_moe_rows(p, b, block_first_row, r, live, in_tile)) return;
+      if (narrow_to_moe_rows(p, b, block_first_row, t.r, live, in_tile)) return;
       if (__all_sync(kFullMask, !live)) {
-        if (in_tile && sub == 0) *scale = 0;
+        if (in_tile && sub == 0) *t.scale = 0;
         if constexpr (!kWalk) return;
         quantize = false;
       }
@@ -250,13 +250,13 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
       // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
       // first of the token's slot rows (both in flight at once)
       int32_t slot_rows[kSlotBatch];
-      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, r, 0, in_tile, slot_rows);
+      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.r, 0, in_tile, slot_rows);
       constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(src, p.up_offset, live);
+      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(t.src, p.up_offset, live);
 
       // Scatter: encode for each slot's expert, store at the slot's row
       if constexpr (kSource == QuantSource::kScatter) {
-        scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, r, c, live, in_tile, col / 2, slot_rows);
+        scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, t.r, t.c, live, in_tile, t.col / 2, slot_rows);
         return;
       }
 
@@ -264,27 +264,20 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
       // row's expert)
       float global_scale = 0.0f;
       if constexpr (Format::kFp4) {
-        global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + r) : 0) : b);
+        global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + t.r) : 0) : b);
       }
       const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
 
       // Store q, and the scale byte (0 in the padding slots)
-      if (live) store_block_q<kFormat, kAligned>(dst, out);
-      if (in_tile && sub == 0) *scale = live ? static_cast<uint8_t>(out.scale) : 0;
+      if (live) store_block_q<kFormat, kAligned>(t.dst, out);
+      if (in_tile && sub == 0) *t.scale = live ? static_cast<uint8_t>(out.scale) : 0;
     }
 
     // The next block tile (block-uniform)
     if constexpr (!kWalk) return;
     if (p.units - block_unit <= block_stride) return;
     block_unit += block_stride;
-    const MxTeamSlot<T> next = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
-    unit = next.unit;
-    r = next.r;
-    c = next.c;
-    col = next.col;
-    src = next.src;
-    dst = next.dst;
-    scale = next.scale;
+    t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
   }
 }
 
