@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 namespace fp8quant {
 
 // Launch `kernel(problem)` on `stream`, with `smem` bytes of dynamic shared memory. With `pdl`,
@@ -36,18 +38,18 @@ cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t s
 }
 
 // Blocks of kKernel, launched kThreads wide, that one SM holds at once (its occupancy), asked once
-// per kernel; the thread limit's count where the query fails.
+// per kernel; where the query fails, the thread limit's count (and the query is asked again).
 template <auto kKernel, int kThreads>
 int resident_blocks_per_sm() {
-  static const int blocks = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess || n < 1) {
-      cudaGetLastError();  // not sticky
-      n = 2048 / kThreads;
-    }
-    return n;
-  }();
-  return blocks;
+  static std::atomic<int> known{0};
+  int n = known.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kThreads, 0) != cudaSuccess || n < 1) {
+    cudaGetLastError();  // the query's own error, not sticky
+    return 2048 / kThreads;
+  }
+  known.store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace fp8quant

@@ -165,9 +165,9 @@ __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p
   }
 }
 
-// A team's scale slot in batch blockIdx.y, for the block tile that starts at unit block_unit (lane `sub`
-// of the team): its unit, row r, group slot c, element column, and its addresses in x, q and
-// the scales.
+// A team's scale slot in batch b, for the block tile that starts at unit block_unit (lane `sub` of
+// the team): its unit, row r, group slot c, element column, and its addresses in x, q and the
+// scales.
 template <typename T>
 struct MxTeamSlot {
   int32_t unit;
@@ -180,13 +180,13 @@ struct MxTeamSlot {
 };
 
 template <typename T, BlockFormat kFormat, bool kSwizzled>
-__device__ __forceinline__ MxTeamSlot<T> mx_team_slot(const BlockScaledProblem& p, int32_t block_unit, int sub) {
+__device__ __forceinline__ MxTeamSlot<T> mx_team_slot(const BlockScaledProblem& p, int32_t block_unit, int64_t b,
+                                                      int sub) {
   using Format = FormatOf<kFormat>;
   MxTeamSlot<T> t;
   t.unit = block_unit + static_cast<int32_t>(threadIdx.x) / Format::kTeam;
   t.r = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(t.unit)));
   t.c = t.unit - t.r * p.slots;
-  const int64_t b = blockIdx.y;
   t.col = int64_t{t.c} * Format::kGroup + sub * kElemsPerThread;
   t.src = static_cast<const T*>(p.x) + b * p.x_batch_stride + t.r * p.x_row_stride + t.col;
   t.dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + t.r * p.q_row_stride +
@@ -215,69 +215,74 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
     if (padding_block<kPadSlots>(p, zero)) return;
   }
 
-  // Locate this team's slot
+  // Locate this team's slot (kWalk: in the block's first tile of the walk, walk_tiles)
   const int sub = threadIdx.x % Format::kTeam;
   int32_t block_unit = static_cast<int32_t>(blockIdx.x) * kTeams;
-  const int64_t b = blockIdx.y;
-  MxTeamSlot<T> t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
+  int64_t b = blockIdx.y;
+  if constexpr (kWalk) {
+    const int32_t tile = static_cast<int32_t>(blockIdx.x) / p.batch;
+    block_unit = tile * kTeams;
+    b = static_cast<int32_t>(blockIdx.x) - tile * p.batch;
+  }
+  const MxTeamSlot<T> t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, b, sub);
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Quantize the team's group; with kWalk (a masked SiLU-and-mul launch whose grid is capped:
-  // walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles or
-  // the launch's units end
-  const int32_t block_stride = static_cast<int32_t>(gridDim.x) * kTeams;
-  for (;;) {
+  // Quantize the team's group of the block tile that starts at unit block_unit of batch b
+  const auto quantize_tile = [&](const MxTeamSlot<T>& t, int32_t block_unit, int64_t b) {
     // Map the row: a real group is live; the MoE layouts' rows without a token are not, and
     // store their (zero) scale bytes only inside a tile. A block past every tile is done, and a
-    // warp of rows without tokens, after storing those bytes, has nothing more in this tile
+    // warp of rows without tokens, after storing those bytes, has nothing more to do
     bool in_tile = t.unit < p.units;
     bool live = in_tile && t.r < p.m && t.c < p.num_groups;
-    bool quantize = true;
     if constexpr (kSource == QuantSource::kSiluMul) {
       const int32_t block_first_row = static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(block_unit)));
       if (narrow_to_moe_rows(p, b, block_first_row, t.r, live, in_tile)) return;
       if (__all_sync(kFullMask, !live)) {
         if (in_tile && sub == 0) *t.scale = 0;
-        if constexpr (!kWalk) return;
-        quantize = false;
-      }
-    }
-
-    if (quantize) {
-      // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
-      // first of the token's slot rows (both in flight at once)
-      int32_t slot_rows[kSlotBatch];
-      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.r, 0, in_tile, slot_rows);
-      constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-      const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(t.src, p.up_offset, live);
-
-      // Scatter: encode for each slot's expert, store at the slot's row
-      if constexpr (kSource == QuantSource::kScatter) {
-        scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, t.r, t.c, live, in_tile, t.col / 2, slot_rows);
         return;
       }
-
-      // Reduce amax, scale byte, quantize (NVFP4: with the encode scale of the batch, or of the
-      // row's expert)
-      float global_scale = 0.0f;
-      if constexpr (Format::kFp4) {
-        global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + t.r) : 0) : b);
-      }
-      const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
-
-      // Store q, and the scale byte (0 in the padding slots)
-      if (live) store_block_q<kFormat, kAligned>(t.dst, out);
-      if (in_tile && sub == 0) *t.scale = live ? static_cast<uint8_t>(out.scale) : 0;
     }
 
-    // The next block tile (block-uniform)
-    if constexpr (!kWalk) return;
-    if (p.units - block_unit <= block_stride) return;
-    block_unit += block_stride;
-    t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, sub);
+    // Load (SiLU-and-mul: gate and up, combined in x's dtype), and with the dispatch source the
+    // first of the token's slot rows (both in flight at once)
+    int32_t slot_rows[kSlotBatch];
+    if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.r, 0, in_tile, slot_rows);
+    constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+    const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul>(t.src, p.up_offset, live);
+
+    // Scatter: encode for each slot's expert, store at the slot's row
+    if constexpr (kSource == QuantSource::kScatter) {
+      scatter_nvfp4<T, kSwizzled, kAligned>(p, slice, t.r, t.c, live, in_tile, t.col / 2, slot_rows);
+      return;
+    }
+
+    // Reduce amax, scale byte, quantize (NVFP4: with the encode scale of the batch, or of the
+    // row's expert)
+    float global_scale = 0.0f;
+    if constexpr (Format::kFp4) {
+      global_scale = encode_scale(p, p.global_scale_by_row_expert ? (live ? __ldg(p.row_map + t.r) : 0) : b);
+    }
+    const BlockGroup<kFormat> out = quantize_block_group<T, kFormat>(slice, global_scale);
+
+    // Store q, and the scale byte (0 in the padding slots)
+    if (live) store_block_q<kFormat, kAligned>(t.dst, out);
+    if (in_tile && sub == 0) *t.scale = live ? static_cast<uint8_t>(out.scale) : 0;
+  };
+
+  // The block's tile; with kWalk (a masked SiLU-and-mul launch whose grid is capped: walk_blocks)
+  // every tile of every batch that its walk finds needed
+  if constexpr (kWalk) {
+    const auto first_row = [&](int32_t tile) {
+      return static_cast<int32_t>(p.row_slots.divide(static_cast<uint32_t>(tile * kTeams)));
+    };
+    walk_tiles(p, first_row, [&](int32_t tile, int32_t b) {
+      quantize_tile(mx_team_slot<T, kFormat, kSwizzled>(p, tile * kTeams, b, sub), tile * kTeams, b);
+    });
+  } else {
+    quantize_tile(t, block_unit, b);
   }
 }
 
@@ -297,13 +302,12 @@ fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cuda
     constexpr int kTeams = kMxThreads / FormatOf<kFormat>::kTeam;
     grid = token_and_padding_grid<kPadSlots>(problem, kTeams, problem.slots, kSource == QuantSource::kScatter);
     if constexpr (kSource == QuantSource::kSiluMul) {
-      const int64_t wave = int64_t{problem.sm_count} * resident_blocks_per_sm<kernel, kMxThreads>();
-      const uint32_t walk = walk_blocks(problem, wave, grid.x);
-      if (walk < grid.x) {
-        constexpr auto walker =
-            block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource, false, /*kWalk=*/true>;
-        grid.x = walk;
-        return cuda_error(launch_with_pdl(walker, grid, dim3(kMxThreads), stream, problem, problem.pdl),
+      constexpr auto walker =
+          block_scaled_quant_kernel<Arch, T, kFormat, kSwizzled, kAligned, kSource, false, /*kWalk=*/true>;
+      const int64_t wave =
+          problem.row_counts != nullptr ? int64_t{problem.sm_count} * resident_blocks_per_sm<walker, kMxThreads>() : 0;
+      if (const uint32_t walkers = walk_blocks(problem, wave); walkers > 0) {
+        return cuda_error(launch_with_pdl(walker, dim3(walkers), dim3(kMxThreads), stream, problem, problem.pdl),
                           "kernel launch");
       }
     }

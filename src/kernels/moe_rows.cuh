@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/reduce.cuh"
+
 namespace fp8quant::kernels {
 
 // The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
@@ -109,25 +111,56 @@ dim3 token_and_padding_grid(Problem& problem, int teams_per_block, int32_t colum
   return dim3(problem.token_blocks + pad_blocks, problem.batch);
 }
 
-// Blocks per batch of a masked SiLU-and-mul launch (p.row_counts set) that needs `blocks` to give
-// each team a unit of its own, of which one SM holds `wave` / sm_count at once: when that leaves
-// each block two tiles or more, between one and kWalkWaves waves of the whole launch, the
-// kernel's blocks then walking every gridDim.x-th block tile of their batch (kWalk); else
-// `blocks`. Engines size the masked layout by a static bound (max_m = T, or T rounded up to 128)
-// where an expert holds about T * k / E rows: a block per tile of the bound's rows would launch
-// blocks by the hundred thousand at prefill, nearly all of them only to find their rows empty.
-// Below two tiles a block, the walking kernel's longer prologue costs more than the blocks it
-// saves. The choice is measured: docs/benchmarks-history.md, twentieth run.
+// The walk of a masked SiLU-and-mul launch (kWalk): a grid of walk_blocks blocks shares the
+// block tiles of every batch, p.token_blocks a batch, numbered tile-major (f = tile * batch + b:
+// the first tiles of every batch, which its rows fill first, come first); block i takes tiles
+// f = i, i + gridDim.x, i + 2 gridDim.x, ... Its warps judge 32 of them at a time, one a lane: a
+// tile is needed when its first row, first_row(tile), lies inside its batch's tiles
+// (narrow_to_moe_rows). visit(tile, b) runs for each needed tile in turn; every warp of the
+// block judges the same tiles alike, so the visits are block-uniform. Busy and idle batches
+// share the blocks whatever the routing, and a tile without rows costs a lane's test.
+// Host-guaranteed (walk_blocks): token_blocks * batch < 2^31.
+template <class Problem, class FirstRow, class Visit>
+__device__ __forceinline__ void walk_tiles(const Problem& p, FirstRow first_row, Visit visit) {
+  const uint32_t batch = static_cast<uint32_t>(p.batch), tiles = static_cast<uint32_t>(p.token_blocks);
+  const uint32_t step = 32 * gridDim.x;  // a lane's next tile: its tile and batch advance by these
+  const uint32_t step_tile = step / batch, step_b = step - step_tile * batch;
+  const uint32_t f = blockIdx.x + threadIdx.x % 32 * gridDim.x;
+  uint32_t tile = f / batch, b = f - tile * batch;
+  for (uint32_t round = (tiles * batch - blockIdx.x + step - 1) / step; round > 0; --round) {
+    const bool needed =
+        tile < tiles && first_row(static_cast<int32_t>(tile)) < tile_end(__ldg(p.row_counts + b), p.pad_align);
+    for (uint32_t lanes = __ballot_sync(kFullMask, needed); lanes != 0; lanes &= lanes - 1) {
+      const int lane = __ffs(lanes) - 1;
+      visit(static_cast<int32_t>(__shfl_sync(kFullMask, tile, lane)),
+            static_cast<int32_t>(__shfl_sync(kFullMask, b, lane)));
+    }
+    tile += step_tile;
+    b += step_b;
+    if (b >= batch) {
+      b -= batch;
+      ++tile;
+    }
+  }
+}
+
+// The grid of a masked SiLU-and-mul launch (p.row_counts set) whose p.token_blocks blocks a batch
+// give each team a unit of its own, `wave` of which the device holds at once: when the launch
+// has two waves of block tiles or more, between one and kWalkWaves waves of walking blocks
+// (walk_tiles), each with two tiles or more; else 0, the launch one block a tile. Engines size
+// the masked layout by a static bound (max_m = T, or T rounded up to 128) where an expert holds
+// about T * k / E rows: a block per tile of the bound's rows would launch blocks by the hundred
+// thousand at prefill, nearly all of them only to find their rows empty. Below two tiles a block,
+// the walk's prologue costs more than the blocks it saves. The choice is measured:
+// docs/benchmarks-history.md, twentieth run.
 constexpr int64_t kWalkWaves = 2;
 
 template <class Problem>
-uint32_t walk_blocks(const Problem& p, int64_t wave, uint32_t blocks) {
-  if (p.row_counts == nullptr) return blocks;
-  const auto per_batch = [&](int64_t waves) {
-    return std::max<int64_t>(1, (waves * wave + p.batch - 1) / std::max<int64_t>(p.batch, 1));
-  };
-  const int64_t cap = std::min<int64_t>(blocks / 2, per_batch(kWalkWaves));
-  return cap >= per_batch(1) ? static_cast<uint32_t>(cap) : blocks;
+uint32_t walk_blocks(const Problem& p, int64_t wave) {
+  const int64_t tiles = int64_t{p.token_blocks} * p.batch;
+  if (p.row_counts == nullptr || tiles >= (int64_t{1} << 31)) return 0;
+  const int64_t blocks = std::min(tiles / 2, kWalkWaves * wave);
+  return blocks >= wave ? static_cast<uint32_t>(blocks) : 0;
 }
 
 }  // namespace fp8quant::kernels

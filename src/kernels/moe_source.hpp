@@ -34,7 +34,7 @@ struct MoeSource {
   int32_t dest_batch;         // kScatter: batches of q and the scales (1, or experts when masked)
   int32_t dest_m;             // kScatter: rows per destination batch
   int32_t dest_rows;          // kScatter: scale layout rows per destination batch (dest_m, or aligned)
-  int32_t token_blocks;       // kScatter: blocks of the token part (set by the launcher)
+  int32_t token_blocks;       // blocks of the token part, a batch (set by the launcher; walk_tiles)
   int32_t pad_chunks;         // kScatter: padding blocks per expert (set by the launcher)
 };
 

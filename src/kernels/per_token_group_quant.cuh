@@ -16,8 +16,9 @@
 // The MoE sources (QuantProblem) read SiLU-and-mul of x's rows, or walk the tokens and store
 // each at its slots' rows (scatter); their rows without a token get zero scales inside a GEMM
 // tile and nothing else. A block's teams take one tile of units, except in a masked SiLU-and-mul
-// launch over many rows: its grid is capped at about two waves (walk_blocks), and each
-// block walks every gridDim.x-th tile of its batch until the batch's tiles end (kWalk).
+// launch over many rows: its grid is capped at about two waves (walk_blocks), and the blocks walk
+// the tiles of all batches together, each visiting those of its share that hold rows (kWalk,
+// walk_tiles).
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
@@ -193,14 +194,23 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     if (padding_block<kPadColumns>(p, zero)) return;
   }
 
-  // Locate this team's group and its addresses, while the block waits. The pin below keeps the
-  // front end from moving them past the wait; ptxas may still sink the last steps of t.dst and
-  // t.scale_dst after it (it does in the sm_90a bf16 kernels), a few instructions a thread
+  // Locate this team's group and its addresses, while the block waits (kWalk: in the block's
+  // first tile of the walk, walk_tiles). The pin below keeps the front end from moving them past
+  // the wait; ptxas may still sink the last steps of t.dst and t.scale_dst after it (it does in
+  // the sm_90a bf16 kernels), a few instructions a thread
   const int sub = threadIdx.x % kTeam;
   constexpr int32_t kRowTile = team_row_tile(kOrder, kSource);
+  const auto slot_of = [&](int32_t block_unit, int64_t b) {
+    return team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
+  };
   int32_t block_unit = blockIdx.x * teams_per_block;
-  const int64_t b = blockIdx.y;
-  TeamSlot<T, Scale> t = team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
+  int64_t b = blockIdx.y;
+  if constexpr (kWalk) {
+    const int32_t tile = blockIdx.x / p.batch;
+    block_unit = tile * teams_per_block;
+    b = blockIdx.x - tile * p.batch;
+  }
+  TeamSlot<T, Scale> t = slot_of(block_unit, b);
   asm("" : "+l"(t.src), "+l"(t.dst), "+l"(t.scale_dst));
 
   // Prefetch x into L2: the first wave only (later blocks load right away)
@@ -214,15 +224,12 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Quantize the team's group; with kWalk (a masked SiLU-and-mul launch whose grid is capped:
-  // walk_blocks) then the same team of every gridDim.x-th block tile, until the batch's tiles
-  // or the launch's units end
-  const int32_t block_stride = gridDim.x * teams_per_block;
-  for (;;) {
+  // Quantize the team's group of the block tile that starts at unit block_unit of batch b
+  const auto quantize_tile = [&](const TeamSlot<T, Scale>& t, int32_t block_unit, int64_t b) {
     // Map the row: padding rows of the MoE layouts load nothing, and only those in a tile store
     // their (zero) scales; a block whose rows all lie past them is done (its first row is the
     // lowest: units run tile after tile)
-    bool live = t.pos.valid, in_tile = t.pos.in_range, quantize = true;
+    bool live = t.pos.valid, in_tile = t.pos.in_range;
     if constexpr (kSource == QuantSource::kSiluMul) {
       if (narrow_to_moe_rows(p, b, locate<kRowTile>(p, block_unit).m, t.pos.m, live, in_tile)) return;
       // A warp of padding rows stores zero scales (inside a tile) and nothing else: what the
@@ -230,51 +237,52 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
       if (__all_sync(kFullMask, !live)) {
         store_group<kTeam, kOrder, kUE8M0, kAligned>(t.dst, t.scale_dst, QuantizedSlice<kUE8M0>{}, t.pos.g, sub, false,
                                                      in_tile);
-        if constexpr (!kWalk) return;
-        quantize = false;
+        return;
       }
     }
 
-    if (quantize) {
-      // Load x's group, and with the scatter source the first of its token's slot rows (both in
-      // flight at once)
-      int32_t slot_rows[kSlotBatch];
-      if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.pos.m, 0, live, slot_rows);
-      constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-      const Slice<T> slice =
-          load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(t.src, p.up_offset, live);
+    // Load x's group, and with the scatter source the first of its token's slot rows (both in
+    // flight at once)
+    int32_t slot_rows[kSlotBatch];
+    if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.pos.m, 0, live, slot_rows);
+    constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
+    const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(t.src, p.up_offset, live);
 
-      // Reduce amax, scale, quantize
-      const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
+    // Reduce amax, scale, quantize
+    const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
 
-      // Store q and scales: at the team's own row, or at each of its token's slot rows
-      if constexpr (kSource == QuantSource::kScatter) {
-        // The slots' rows kSlotBatch at a time, all loads before the stores
-        const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
-        for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
-          if (j0 > 0) load_slot_rows<kSlotBatch>(p, t.pos.m, j0, live, slot_rows);
+    // Store q and scales: at the team's own row, or at each of its token's slot rows
+    if constexpr (kSource == QuantSource::kScatter) {
+      // The slots' rows kSlotBatch at a time, all loads before the stores
+      const int64_t dest_total = int64_t{p.dest_batch} * p.dest_m;
+      for (int32_t j0 = 0; j0 < p.slots_per_row; j0 += kSlotBatch) {  // the same count on every lane
+        if (j0 > 0) load_slot_rows<kSlotBatch>(p, t.pos.m, j0, live, slot_rows);
 #pragma unroll
-          for (int i = 0; i < kSlotBatch; ++i) {
-            if (j0 + i >= p.slots_per_row) break;  // warp-uniform
-            const int32_t row = slot_rows[i];
-            const bool keep = row >= 0 && row < dest_total;
-            const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
-            uint8_t* slot_dst =
-                static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + t.k_offset;
-            store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
-                slot_dst, scale_at<kOrder, Scale>(p, db, dm, t.col, p.dest_rows), out, t.pos.g, sub, keep, keep);
-          }
+        for (int i = 0; i < kSlotBatch; ++i) {
+          if (j0 + i >= p.slots_per_row) break;  // warp-uniform
+          const int32_t row = slot_rows[i];
+          const bool keep = row >= 0 && row < dest_total;
+          const int32_t db = keep && p.dest_batch > 1 ? row / p.dest_m : 0, dm = keep ? row - db * p.dest_m : 0;
+          uint8_t* slot_dst =
+              static_cast<uint8_t*>(p.q) + int64_t{db} * p.q_batch_stride + int64_t{dm} * p.q_row_stride + t.k_offset;
+          store_group<kTeam, kOrder, kUE8M0, kAligned, /*kScattered=*/true>(
+              slot_dst, scale_at<kOrder, Scale>(p, db, dm, t.col, p.dest_rows), out, t.pos.g, sub, keep, keep);
         }
-      } else {
-        store_group<kTeam, kOrder, kUE8M0, kAligned>(t.dst, t.scale_dst, out, t.pos.g, sub, live, in_tile);
       }
+    } else {
+      store_group<kTeam, kOrder, kUE8M0, kAligned>(t.dst, t.scale_dst, out, t.pos.g, sub, live, in_tile);
     }
+  };
 
-    // The next block tile (block-uniform)
-    if constexpr (!kWalk) return;
-    if (p.units - block_unit <= block_stride) return;
-    block_unit += block_stride;
-    t = team_slot<T, Scale, kGroupSize, kOrder, kRowTile>(p, block_unit + threadIdx.x / kTeam, b, sub);
+  // The block's tile; with kWalk (a masked SiLU-and-mul launch whose grid is capped: walk_blocks)
+  // every tile of every batch that its walk finds needed
+  if constexpr (kWalk) {
+    const auto first_row = [&](int32_t tile) { return locate<kRowTile>(p, tile * teams_per_block).m; };
+    walk_tiles(p, first_row, [&](int32_t tile, int32_t b) {
+      quantize_tile(slot_of(tile * teams_per_block, b), tile * teams_per_block, b);
+    });
+  } else {
+    quantize_tile(t, block_unit, b);
   }
 }
 
@@ -306,12 +314,14 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
       dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                       kSource == QuantSource::kScatter);
       if constexpr (kSource == QuantSource::kSiluMul) {
-        const uint32_t walk = walk_blocks(problem, problem.prefetch_blocks, grid.x);
-        if (walk < grid.x) {
-          constexpr auto walker =
-              per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource, /*kWalk=*/true>;
-          grid.x = walk;
-          return cuda_error(launch_with_pdl(walker, grid, dim3(threads), stream, problem, problem.pdl),
+        constexpr auto walker =
+            per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource, /*kWalk=*/true>;
+        const int64_t wave = problem.row_counts != nullptr
+                                 ? int64_t{problem.sm_count} * resident_blocks_per_sm<walker, Arch::kBlockThreads>()
+                                 : 0;
+        if (const uint32_t walkers = walk_blocks(problem, wave); walkers > 0) {
+          problem.prefetch_blocks = static_cast<int32_t>(wave);  // the walker's own first wave
+          return cuda_error(launch_with_pdl(walker, dim3(walkers), dim3(threads), stream, problem, problem.pdl),
                             "kernel launch");
         }
       }
