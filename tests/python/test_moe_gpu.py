@@ -263,19 +263,19 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
-    """Masked layouts of 256 experts with two waves of block tiles or more (a wave is at most 8
-    blocks an SM: 16 tiles an expert walk on GPUs of up to 256 SMs): the launch's capped grid walks
-    the tiles of all experts, each block several. G = 16 (a block a row; max_m = 16: two tiles a
-    block) and G = 3 (blocks spanning rows); experts empty, full, with tiles ending inside and past
-    max_m, with counts ending exactly at a 128-row tile, and with the rows on a few experts (the
-    first idle, the last full)."""
-    for max_m, n in ((16, 2048), (64, 2048), (300, 384)):
-        xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
-        spread = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
+    """Masked layouts with two waves of block tiles or more (32 teams a block: G = 16 two rows a
+    tile, G = 3 about 11): the launch's capped grid walks the tiles of all experts, each block
+    several. 256 experts of 16 rows (2048 tiles: two a block where a wave is at most 1024 blocks),
+    64 and 300 rows; 200 experts of 512 rows (51200 tiles: a lane's tiles cross experts between
+    rounds). Experts empty, full, with tiles ending inside and past max_m, with counts ending
+    exactly at a 128-row tile, and with the rows on a few experts (the first idle, the last full)."""
+    for experts, max_m, n in ((256, 16, 2048), (256, 64, 2048), (256, 300, 384), (200, 512, 2048)):
+        xm = torch.randn(experts, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
+        spread = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
         spread[0], spread[1], spread[2] = 0, max_m, 17
         spread[3], spread[4] = min(128, max_m), min(256, max_m)
-        skewed = torch.zeros(256, dtype=torch.int32, device="cuda")
-        skewed[5], skewed[100], skewed[255] = max_m, 1, max_m
+        skewed = torch.zeros(experts, dtype=torch.int32, device="cuda")
+        skewed[5], skewed[100], skewed[-1] = max_m, 1, max_m
         for masked_m in (spread, skewed):
             x = xm.clone()
             x[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")

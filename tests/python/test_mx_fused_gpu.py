@@ -224,18 +224,19 @@ def test_silu_mul_block_scaled_moe_layouts(fmt, layout, gen):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
 def test_silu_mul_block_scaled_masked_walk(fmt, layout, gen):
-    """Masked layouts of 256 experts with two waves of block tiles or more: the launch's capped
-    grid walks the tiles of all experts, each block several. Blocks of several rows (I = 512) and
-    of a row or less (I = 3072, MXFP8 96 slots, NVFP4 192; max_m = 16: a few tiles a block);
-    experts empty, full, with tiles ending inside and past max_m and exactly at 128 rows,
-    and with the rows on a few experts (the first idle, the last full)."""
-    for max_m, n in ((130, 512), (40, 3072), (16, 3072)):
-        xm = make_input((256, max_m, 2 * n), torch.bfloat16, gen)
-        spread = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
+    """Masked layouts with two waves of block tiles or more: the launch's capped grid walks the
+    tiles of all experts, each block several. Blocks of several rows (I = 512) and of a row or
+    less (I = 3072, MXFP8 96 slots, NVFP4 192; max_m = 16: a few tiles a block); 200 experts of 130
+    rows (76800 swizzled tiles: a lane's tiles cross experts between rounds). Experts empty, full,
+    with tiles ending inside and past max_m and exactly at 128 rows, and with the rows on a few
+    experts (the first idle, the last full)."""
+    for experts, max_m, n in ((256, 130, 512), (256, 40, 3072), (256, 16, 3072), (200, 130, 3072)):
+        xm = make_input((experts, max_m, 2 * n), torch.bfloat16, gen)
+        spread = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
         spread[0], spread[1], spread[2], spread[3] = 0, max_m, 17, min(128, max_m)
-        skewed = torch.zeros(256, dtype=torch.int32, device="cuda")
-        skewed[5], skewed[100], skewed[255] = max_m, 1, max_m
-        g = torch.rand(256, generator=gen, device="cuda") * 1000 + 1 if fmt == "nvfp4" else None
+        skewed = torch.zeros(experts, dtype=torch.int32, device="cuda")
+        skewed[5], skewed[100], skewed[-1] = max_m, 1, max_m
+        g = torch.rand(experts, generator=gen, device="cuda") * 1000 + 1 if fmt == "nvfp4" else None
         for masked_m in (spread, skewed):
             x = xm.clone()
             x[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
