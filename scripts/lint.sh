@@ -9,7 +9,7 @@ venv=${FP8QUANT_VENV:-.venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "ruff==0.17.6" "clang-format==19.1.7"
 paths=(python tests benchmarks)
-mapfile -t sources < <(git ls-files 'src/**' 'include/**' 'tests/cpp/**' 'benchmarks/*.cu' | grep -E '\.(h|hpp|cpp|cu|cuh)$')
+mapfile -t sources < <(git ls-files 'src/**' 'include/**' 'tests/cpp/**' 'tests/emulation/**' 'benchmarks/*.cu' | grep -E '\.(h|hpp|cpp|cu|cuh)$')
 if [ "${1:-}" = "--fix" ]; then
   "$venv/bin/ruff" check --fix "${paths[@]}"
   "$venv/bin/ruff" format "${paths[@]}"
