@@ -48,6 +48,26 @@ size_t differ(const Bytes& tile_a, const Bytes& tile_b, const Bytes& walk_a, con
   return bad;
 }
 
+// Run `tiles` one block a tile (its grid) and `walk` on `walkers` blocks, `threads` a block, each
+// twice over two poisons, and count the launch: the bytes that differ (differ), and *written the
+// tile launch's.
+template <class Problem, class Tiles, class Walk>
+size_t compare_launches(const Problem& p, Tiles tiles, dim3 grid, Walk walk, uint32_t walkers, unsigned threads,
+                        size_t q_bytes, size_t scale_bytes, size_t* written) {
+  const auto run = [&](auto kernel, uint8_t poison, unsigned grid_x, unsigned grid_y) {
+    Bytes out{std::vector<uint8_t>(q_bytes, poison), std::vector<uint8_t>(scale_bytes, poison)};
+    Problem launched = p;
+    launched.q = out.q.data();
+    launched.scale = out.scale.data();
+    emu_launch(kernel, launched, grid_x, grid_y, threads);
+    return out;
+  };
+  const Bytes tile_a = run(tiles, 0xAB, grid.x, grid.y), tile_b = run(tiles, 0xCD, grid.x, grid.y);
+  const Bytes walk_a = run(walk, 0xAB, walkers, 1), walk_b = run(walk, 0xCD, walkers, 1);
+  ++launches;
+  return differ(tile_a, tile_b, walk_a, walk_b, written);
+}
+
 // x [experts, max_m, 2n] bf16 (gate | up), the rows past each expert's count NaN.
 std::vector<__nv_bfloat16> silu_input(int experts, int max_m, int n, const std::vector<int32_t>& counts,
                                       std::mt19937& rng) {
@@ -110,19 +130,8 @@ void compare_fp8(int experts, int max_m, int n, int align, const std::vector<int
   constexpr auto walk =
       per_token_group_quant_kernel<EmuArch, __nv_bfloat16, 128, kOrder, kUE8M0, true, QuantSource::kSiluMul, true>;
   const size_t q_bytes = size_t(experts) * max_m * n, scale_bytes = size_t(experts) * rows * cols * 4;
-  const auto run = [&](auto kernel, uint8_t poison, unsigned grid_x, unsigned grid_y) {
-    Bytes out{std::vector<uint8_t>(q_bytes, poison), std::vector<uint8_t>(scale_bytes, poison)};
-    QuantProblem launched = p;
-    launched.q = out.q.data();
-    launched.scale = out.scale.data();
-    emu_launch(kernel, launched, grid_x, grid_y, threads);
-    return out;
-  };
-  const Bytes tile_a = run(tiles, 0xAB, grid.x, grid.y), tile_b = run(tiles, 0xCD, grid.x, grid.y);
-  const Bytes walk_a = run(walk, 0xAB, walkers, 1), walk_b = run(walk, 0xCD, walkers, 1);
-  ++launches;
   size_t written = 0;
-  const size_t bad = differ(tile_a, tile_b, walk_a, walk_b, &written);
+  const size_t bad = compare_launches(p, tiles, grid, walk, walkers, threads, q_bytes, scale_bytes, &written);
   if (bad != 0 || written == 0) {
     ++failures;
     std::printf(
@@ -179,19 +188,8 @@ void compare_block_scaled(int experts, int max_m, int n, int align, const std::v
   constexpr auto walk =
       block_scaled_quant_kernel<EmuArch, __nv_bfloat16, kFormat, kSwizzled, true, QuantSource::kSiluMul, false, true>;
   const size_t q_bytes = size_t(experts) * q_batch, scale_bytes = size_t(experts) * rows * slots;
-  const auto run = [&](auto kernel, uint8_t poison, unsigned grid_x, unsigned grid_y) {
-    Bytes out{std::vector<uint8_t>(q_bytes, poison), std::vector<uint8_t>(scale_bytes, poison)};
-    BlockScaledProblem launched = p;
-    launched.q = out.q.data();
-    launched.scale = out.scale.data();
-    emu_launch(kernel, launched, grid_x, grid_y, kMxThreads);
-    return out;
-  };
-  const Bytes tile_a = run(tiles, 0xAB, grid.x, grid.y), tile_b = run(tiles, 0xCD, grid.x, grid.y);
-  const Bytes walk_a = run(walk, 0xAB, walkers, 1), walk_b = run(walk, 0xCD, walkers, 1);
-  ++launches;
   size_t written = 0;
-  const size_t bad = differ(tile_a, tile_b, walk_a, walk_b, &written);
+  const size_t bad = compare_launches(p, tiles, grid, walk, walkers, kMxThreads, q_bytes, scale_bytes, &written);
   if (bad != 0 || written == 0) {
     ++failures;
     std::printf("FAIL %s %s experts=%d max_m=%d n=%d align=%d wave=%lld walkers=%u: %zu bytes differ (%zu written)\n",
