@@ -215,15 +215,10 @@ __global__ void __launch_bounds__(kMxThreads) block_scaled_quant_kernel(const __
     if (padding_block<kPadSlots>(p, zero)) return;
   }
 
-  // Locate this team's slot (kWalk: in the block's first tile of the walk, walk_tiles)
+  // Locate this team's slot (kWalk: each visited tile's, below)
   const int sub = threadIdx.x % Format::kTeam;
-  int32_t block_unit = static_cast<int32_t>(blockIdx.x) * kTeams;
-  int64_t b = blockIdx.y;
-  if constexpr (kWalk) {
-    const int32_t tile = static_cast<int32_t>(blockIdx.x) / p.batch;
-    block_unit = tile * kTeams;
-    b = static_cast<int32_t>(blockIdx.x) - tile * p.batch;
-  }
+  const int32_t block_unit = static_cast<int32_t>(blockIdx.x) * kTeams;
+  const int64_t b = blockIdx.y;
   const MxTeamSlot<T> t = mx_team_slot<T, kFormat, kSwizzled>(p, block_unit, b, sub);
 
   // Wait for the previous kernel's writes; let the next kernel launch
