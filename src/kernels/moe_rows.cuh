@@ -145,22 +145,21 @@ __device__ __forceinline__ void walk_tiles(const Problem& p, FirstRow first_row,
 }
 
 // The grid of a masked SiLU-and-mul launch (p.row_counts set) whose p.token_blocks blocks a batch
-// give each team a unit of its own, `wave` of which the device holds at once: when the launch
-// has two waves of block tiles or more, between one and kWalkWaves waves of walking blocks
-// (walk_tiles), each with two tiles or more; else 0, the launch one block a tile. Engines size
-// the masked layout by a static bound (max_m = T, or T rounded up to 128) where an expert holds
-// about T * k / E rows: a block per tile of the bound's rows would launch blocks by the hundred
-// thousand at prefill, nearly all of them only to find their rows empty. Below two tiles a block,
-// the walk's prologue costs more than the blocks it saves. The choice is measured:
-// docs/benchmarks-history.md, twentieth run.
+// give each team a unit of its own, `wave` of which the device holds at once: kWalkWaves waves
+// of walking blocks (walk_tiles) when that leaves each block two tiles or more; else 0, the
+// launch one block a tile. Engines size the masked layout by a static bound (max_m = T, or T
+// rounded up to 128) where an expert holds about T * k / E rows: a block per tile of the bound's
+// rows would launch blocks by the hundred thousand at prefill, nearly all of them only to find
+// their rows empty. Below two tiles a block, the walk's prologue costs more than the blocks it
+// saves (a walk from one wave of two tiles a block made a skewed T = 16 launch 1.6x slower).
+// The choice is measured: docs/benchmarks-history.md, twentieth and twenty-first runs.
 constexpr int64_t kWalkWaves = 2;
 
 template <class Problem>
 uint32_t walk_blocks(const Problem& p, int64_t wave) {
-  const int64_t tiles = int64_t{p.token_blocks} * p.batch;
-  if (p.row_counts == nullptr || tiles >= (int64_t{1} << 31)) return 0;
-  const int64_t blocks = std::min(tiles / 2, kWalkWaves * wave);
-  return blocks >= wave ? static_cast<uint32_t>(blocks) : 0;
+  const int64_t tiles = int64_t{p.token_blocks} * p.batch, blocks = kWalkWaves * wave;
+  if (p.row_counts == nullptr || tiles >= (int64_t{1} << 31) || blocks < 1) return 0;
+  return tiles >= 2 * blocks ? static_cast<uint32_t>(blocks) : 0;
 }
 
 }  // namespace fp8quant::kernels
