@@ -151,8 +151,8 @@ __device__ __forceinline__ void walk_tiles(const Problem& p, FirstRow first_row,
 // rounded up to 128) where an expert holds about T * k / E rows: a block per tile of the bound's
 // rows would launch blocks by the hundred thousand at prefill, nearly all of them only to find
 // their rows empty. Below two tiles a block, the walk's prologue costs more than the blocks it
-// saves (a walk from one wave of two tiles a block made a skewed T = 16 launch 1.6x slower).
-// The choice is measured: docs/benchmarks-history.md, twentieth and twenty-first runs.
+// saves (walking from one wave of two tiles a block made a skewed T = 16 launch 1.6x slower).
+// The choice is measured: docs/benchmarks-history.md, twentieth to twenty-second runs.
 constexpr int64_t kWalkWaves = 2;
 
 template <class Problem>
