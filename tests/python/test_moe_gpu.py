@@ -267,8 +267,9 @@ def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
     tile, G = 3 about 11): the launch's grid of two waves walks the tiles of all experts, each
     block two or more. 256 experts of 64 rows (8192 tiles: four waves where a wave is at most 2048
     blocks) and 300 rows; 200 experts of 512 rows (51200 tiles: a lane's tiles cross experts
-    between rounds); and 256 experts of 16 rows (2048 tiles: a block a tile on 132 SMs). Experts empty, full, with tiles ending inside and past max_m, with counts ending
-    exactly at a 128-row tile, and with the rows on a few experts (the first idle, the last full)."""
+    between rounds); and 256 experts of 16 rows (2048 tiles: a block a tile on 132 SMs). Experts
+    empty, full, with tiles ending inside and past max_m, with counts ending exactly at a 128-row
+    tile, and with the rows on a few experts (the first idle, the last full)."""
     for experts, max_m, n in ((256, 16, 2048), (256, 64, 2048), (256, 300, 384), (200, 512, 2048)):
         xm = torch.randn(experts, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
         spread = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)

@@ -225,11 +225,11 @@ def test_silu_mul_block_scaled_moe_layouts(fmt, layout, gen):
 @pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
 def test_silu_mul_block_scaled_masked_walk(fmt, layout, gen):
     """Masked layouts with four waves of block tiles or more: the launch's grid of two waves walks
-    the tiles of all experts, each block two or more. Blocks of several rows (I = 512) and of a row or
-    less (I = 3072, MXFP8 96 slots, NVFP4 192; max_m = 16: a few tiles a block); 200 experts of 130
-    rows (76800 swizzled tiles: a lane's tiles cross experts between rounds). Experts empty, full,
-    with tiles ending inside and past max_m and exactly at 128 rows, and with the rows on a few
-    experts (the first idle, the last full)."""
+    the tiles of all experts, each block two or more. Blocks of several rows (I = 512) and of a
+    row or less (I = 3072, MXFP8 96 slots, NVFP4 192; max_m = 16: a few tiles a block); 200
+    experts of 130 rows (76800 swizzled tiles: a lane's tiles cross experts between rounds).
+    Experts empty, full, with tiles ending inside and past max_m and exactly at 128 rows, and with
+    the rows on a few experts (the first idle, the last full)."""
     for experts, max_m, n in ((256, 130, 512), (256, 40, 3072), (256, 16, 3072), (200, 130, 3072)):
         xm = make_input((experts, max_m, 2 * n), torch.bfloat16, gen)
         spread = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
