@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "api/group_quant.hpp"
 #include "kernels/block_scaled_quant.cuh"
 
 using namespace fp8quant;
@@ -93,17 +94,9 @@ void compare(int batch, int m, int k, int pad_cols, std::mt19937& rng, const std
   std::vector<uint8_t> q_team(q_bytes, 0xAB), q_chunks(q_bytes, 0xCD);
   std::vector<uint8_t> s_team(scale_bytes, 0xAB), s_chunks(scale_bytes, 0xCD);
   BlockScaledProblem p{};
-  p.x = x.data();
-  p.x_batch_stride = x_batch;
-  p.x_row_stride = x_row;
-  p.q_batch_stride = q_batch;
-  p.q_row_stride = q_row;
+  api::set_group_operands(p, {"x", "", "", x.data(), sizeof(T), x_batch, x_row}, nullptr,
+                          {"q", "", "", nullptr, 1, q_batch, q_row}, batch, m, groups, rows, slots);
   p.scale_batch_stride = int64_t(rows) * slots;
-  p.batch = batch;
-  p.m = m;
-  p.num_groups = groups;
-  p.rows = rows;
-  p.slots = slots;
   p.units = rows * slots;
   p.row_slots = FastDivisor(uint32_t(slots));
   p.format = BlockFormat::kNvfp4;

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api/group_quant.hpp"
 #include "kernels/block_scaled_quant.cuh"
 #include "kernels/per_token_group_quant.cuh"
 
@@ -95,17 +96,9 @@ void compare_fp8(int experts, int max_m, int n, int align, const std::vector<int
   const int cols = kOrder == ScaleOrder::kPacked ? (groups + 3) / 4 : groups;
   const int slots = kOrder == ScaleOrder::kPacked ? cols * 4 : groups;
   QuantProblem p{};
-  p.x = x.data();
-  p.x_batch_stride = int64_t(max_m) * 2 * n;
-  p.x_row_stride = 2 * n;
-  p.q_batch_stride = int64_t(max_m) * n;
-  p.q_row_stride = n;
+  api::set_group_operands(p, {"x", "", "", x.data(), 2, int64_t(max_m) * 2 * n, 2 * n}, nullptr,
+                          {"q", "", "", nullptr, 1, int64_t(max_m) * n, n}, experts, max_m, groups, rows, slots);
   p.scale_batch_stride = int64_t(rows) * cols;
-  p.batch = experts;
-  p.m = max_m;
-  p.num_groups = groups;
-  p.rows = rows;
-  p.slots = slots;
   p.units = static_cast<int32_t>(team_units(1, rows, slots));  // team_row_tile of the SiLU source: 1
   p.tile_units = FastDivisor(uint32_t(slots));
   p.sm_count = sm_count;
@@ -157,17 +150,9 @@ void compare_block_scaled(int experts, int max_m, int n, int align, const std::v
   for (int e = 0; e < experts; ++e) scales[e] = 100.0f + e;
 
   BlockScaledProblem p{};
-  p.x = x.data();
-  p.x_batch_stride = x_batch;
-  p.x_row_stride = x_row;
-  p.q_batch_stride = q_batch;
-  p.q_row_stride = q_row;
+  api::set_group_operands(p, {"x", "", "", x.data(), 2, x_batch, x_row}, nullptr,
+                          {"q", "", "", nullptr, 1, q_batch, q_row}, experts, max_m, groups, rows, slots);
   p.scale_batch_stride = int64_t(rows) * slots;
-  p.batch = experts;
-  p.m = max_m;
-  p.num_groups = groups;
-  p.rows = rows;
-  p.slots = slots;
   p.units = rows * slots;
   p.row_slots = FastDivisor(uint32_t(slots));
   p.format = kFormat;
