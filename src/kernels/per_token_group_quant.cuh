@@ -23,7 +23,9 @@
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
 // blocks of the first wave ask L2 to prefetch their part of x: with x in DRAM the loads after
-// the wait then find it in L2, and DRAM works through the gap between two kernels. A prefetch is
+// the wait then find it in L2, and DRAM works through the gap between two kernels. A dispatch
+// (kScatter) follows the routing, whose kernels leave DRAM idle for microseconds: its first wave
+// prefetches the parts of the next kScatterPrefetchWaves - 1 waves too. A prefetch is
 // only a hint and cannot change what a load reads: L2 is where every SM's writes meet, so the
 // previous kernel's writes to x land in the prefetched lines. Nothing else touches global memory
 // before the wait (docs/kernels.md: no store, not even of padding, before griddepcontrol.wait).
@@ -139,6 +141,10 @@ constexpr Cache x_cache(ScaleOrder order, QuantSource source) {
   return source == QuantSource::kScatter && order != ScaleOrder::kRow ? Cache::kStreaming : Cache::kReadOnly;
 }
 
+// Waves of x a dispatch's first wave prefetches, its own included: three gain most after the
+// routing (docs/benchmarks-history.md, twenty-third run).
+constexpr int32_t kScatterPrefetchWaves = 3;
+
 // Scale columns of a row: group columns, or packed words of four.
 template <ScaleOrder kOrder>
 __host__ __device__ __forceinline__ int32_t scale_columns(const QuantProblem& p) {
@@ -218,6 +224,14 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   if (t.pos.valid && block < static_cast<uint64_t>(p.prefetch_blocks)) {
     prefetch_slice<T, kAligned>(t.src);
     if constexpr (kSource == QuantSource::kSiluMul) prefetch_slice<T, kAligned>(t.src + p.up_offset);
+  }
+  if constexpr (kSource == QuantSource::kScatter) {  // and the slices of the waves after it
+    for (int32_t j = 1; j < kScatterPrefetchWaves && block < static_cast<uint64_t>(p.prefetch_blocks); ++j) {
+      const int64_t ahead = block_unit + int64_t{j} * p.prefetch_blocks * teams_per_block;
+      if (ahead >= p.units) break;
+      const TeamSlot<T, Scale> a = slot_of(static_cast<int32_t>(ahead), b);
+      if (a.pos.valid) prefetch_slice<T, kAligned>(a.src);
+    }
   }
 
   // Wait for the previous kernel's writes; let the next kernel launch
