@@ -75,7 +75,8 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #   per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned;
     #   scale_transform: convert and unpack x (row, MN-major destination), pack (MN-major);
     #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place, chunk count
-    #   and chunk place x (int32, int64 ids), and the chunk scan; rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats);
+    #   x (int32, int64 ids), chunk place x (int32, int64 ids) x (sums the chunk counts itself, reads
+    #   the chunk scan's), and the chunk scan; rms_norm: 2 dtypes x residual x (the plain norm + 3 group sizes x 5 formats);
     #   rms_norm_block_scaled: 2 dtypes x residual x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x (row, swizzled);
     #   block_scaled_quant: (x's rows, SiLU-and-mul) x 3 dtypes x (MXFP8 RCEIL, MXFP8 FLOOR, NVFP4) x
     #     (row, swizzled) x aligned = 72, plus NVFP4's dispatch and its rows in chunks: 2 x 3 dtypes x
@@ -83,7 +84,7 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #     rows): 3 dtypes x 3 x 2 x aligned = 36
     counts=""
     for spec in per_token_group_quant_kernel:180 per_block_quant_kernel:14 scale_transform_kernel:5 \
-                moe_combine_kernel:6 "moe_(route|count|place|chunk_count|chunk_scan|chunk_place)_kernel:11" rms_norm_kernel:64 \
+                moe_combine_kernel:6 "moe_(route|count|place|chunk_count|chunk_scan|chunk_place)_kernel:13" rms_norm_kernel:64 \
                 rms_norm_block_scaled_kernel:24 block_scaled_quant_kernel:132; do
       family=${spec%:*} expected=${spec##*:}
       n=$(grep -cE "$family.*\.$arch\." <<<"$listing")

@@ -66,6 +66,14 @@ std::atomic<bool>& pdl_setting() {
 
 bool pdl_enabled() { return pdl_setting().load(std::memory_order_relaxed); }
 
+bool cooperative_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("FP8QUANT_COOPERATIVE");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return enabled;
+}
+
 }  // namespace fp8quant
 
 extern "C" {

@@ -22,6 +22,10 @@ fp8quant_status_t kernel_arch(const DeviceInfo& device, int* arch);
 // Whether kernels launch with programmatic dependent launch (fp8quant_set_pdl).
 bool pdl_enabled();
 
+// Whether a kernel whose blocks meet at a grid barrier may launch cooperatively (the chunk
+// routing's placement); FP8QUANT_COOPERATIVE=0 in the environment turns it off for the process.
+bool cooperative_enabled();
+
 // The architecture dispatch of a C API function: `sm90(problem, stream)` or
 // `sm100(problem, stream)`, as kernel_arch decides for `device`.
 template <typename Problem>

@@ -252,6 +252,7 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   problem.max_m = static_cast<int32_t>(max_m);
   problem.int64_ids = index_bits == 64;
   problem.pdl = fp8quant::pdl_enabled();
+  problem.cooperative = fp8quant::cooperative_enabled();
   return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
 }
 

@@ -10,28 +10,31 @@ namespace fp8quant {
 // Launch `kernel(problem)` on `stream`, with `smem` bytes of dynamic shared memory. With `pdl`,
 // the launch allows programmatic stream serialization (the kernel may start while the previous
 // kernel in the stream finishes; it waits with griddepcontrol.wait before touching memory);
-// where the launch refuses the attribute, or without `pdl`, it launches plainly. The result is
-// the launch's own status (cudaLaunchKernelEx returns it), never an earlier error the caller left
-// for cudaGetLastError; a failed launch leaves no error behind.
+// where the launch refuses the attribute, or without `pdl`, it launches without it. With
+// `cooperative`, every block of the grid is resident at once, or the launch fails (too many
+// blocks for the GPU, or for the SMs this context may use). The result is the launch's own status
+// (cudaLaunchKernelEx returns it), never an earlier error the caller left for cudaGetLastError; a
+// failed launch leaves no error behind.
 template <typename Kernel, typename Problem>
 cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, const Problem& problem, bool pdl,
-                            size_t smem = 0) {
+                            size_t smem = 0, bool cooperative = false) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = cooperative ? attrs : attrs + 1;
   if (pdl) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    config.numAttrs = cooperative ? 2 : 1;
     if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
     cudaGetLastError();  // not sticky: clear it and try without the attribute
   }
-  config.attrs = nullptr;
-  config.numAttrs = 0;
+  config.numAttrs = cooperative ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, problem);
   if (err != cudaSuccess) cudaGetLastError();  // reported here, not left for the caller (if not sticky)
   return err;

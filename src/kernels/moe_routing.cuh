@@ -11,17 +11,24 @@
 //   of its share: the padding rows of the experts dealt to its warps, and a slice of the rows
 //   past M_sum. The blocks repeat the counting (the ids, L2-resident) so that no block waits for
 //   another; the work grows with blocks * slots.
-// From kRoutingChunkedSlots: three kernels over chunks of at least kRoutingChunkSlots slots, one block each,
-//   so that each slot is counted and placed once:
-//   chunk count  each block counts its chunk's slots per expert;
-//   chunk scan   one block sums the chunks' counts per expert, turns them into each chunk's
-//                slots before it (an exclusive prefix over chunks), and scans the aligned counts
-//                into the first rows, the counts and the status;
-//   chunk place  each block counts its chunk's slots per run, adds the chunk's prefix, places
-//                them, and marks its share of the rows that hold no token.
+// From kRoutingChunkedSlots: chunks of at least kRoutingChunkSlots slots, one block each, so that
+//   each slot is counted and placed once, in two kernels:
+//   chunk count  each block counts its chunk's slots per expert (and block 0 zeroes the status
+//                word);
+//   chunk place  each block sums the chunks' counts per expert (all of them, and those of the
+//                chunks before its own), scans the aligned counts into the first rows (block 0
+//                stores them and the counts), counts its chunk's slots per run, places them, and
+//                marks its share of the rows that hold no token.
 //   The per-chunk counts live in inv_perm, the output the placement writes last: chunk c's
-//   counts in its own first `experts` slots (a chunk holds at least kRoutingChunkSlots >= experts),
-//   which only chunk c's block overwrites, after it has read them.
+//   counts in its own first `experts` slots (a chunk holds at least kRoutingChunkSlots >= experts).
+//   Every block reads every chunk's counts, so the blocks meet at a barrier before any places a
+//   slot: the placement launches cooperatively (every block resident at once), and the status
+//   word counts the blocks in and out (the last one out stores the status).
+//   Where the cooperative launch fails (more chunks than the GPU, or the SMs this context may
+//   use, holds blocks at once; or FP8QUANT_COOPERATIVE=0), three kernels: the chunk count, a
+//   chunk scan (one block sums the chunks' counts per expert, turns each chunk's into the
+//   expert's slots in the chunks before it, and stores the first rows, counts and status), and a
+//   placement that reads the scan's results instead of summing.
 //
 // More experts: two kernels.
 //   count   one block per local expert counts its slots (counts[e]);
@@ -331,11 +338,18 @@ __device__ __forceinline__ void scan_runs(const RoutingProblem& p, uint32_t* run
   }
 }
 
+// The first rows' scan: M_sum, and the status its bounds give.
+struct FirstRows {
+  int64_t m_sum;
+  int32_t status;
+};
+
 // Scan the aligned counts into the first rows (one expert per thread; smem.count complete: a
-// barrier before), and with `store` write the counts, the first rows and the status. Returns
-// M_sum. Every thread calls it (it has barriers).
-__device__ __forceinline__ int64_t scan_first_rows(const RoutingProblem& p, PlacementSmem smem, int64_t* warp_sums,
-                                                   bool store) {
+// barrier before), and with `store` write the counts, the first rows and (kStoreStatus) the
+// status. Every thread calls it (it has barriers).
+template <bool kStoreStatus = true>
+__device__ __forceinline__ FirstRows scan_first_rows(const RoutingProblem& p, PlacementSmem smem, int64_t* warp_sums,
+                                                     bool store) {
   const int32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t e = threadIdx.x;
   int64_t rows_through = e < p.experts ? (int64_t{smem.count[e]} + p.align - 1) / p.align * p.align : 0;
@@ -353,6 +367,8 @@ __device__ __forceinline__ int64_t scan_first_rows(const RoutingProblem& p, Plac
   if (e == 0) smem.first[0] = 0;
   const bool max_m_overflow = __syncthreads_or(p.masked_row != nullptr && e < p.experts && smem.count[e] > p.max_m);
   const int64_t m_sum = smem.first[p.experts];
+  const int32_t status =
+      (m_sum > p.rows ? FP8QUANT_ROUTING_ROWS_OVERFLOW : 0) | (max_m_overflow ? FP8QUANT_ROUTING_MAX_M_OVERFLOW : 0);
   if (store) {
     if (e < p.experts) {
       p.counts[e] = smem.count[e];
@@ -360,11 +376,10 @@ __device__ __forceinline__ int64_t scan_first_rows(const RoutingProblem& p, Plac
     }
     if (e == 0) {
       p.row_offsets[p.experts] = clamp_row(m_sum);
-      *p.status = (m_sum > p.rows ? FP8QUANT_ROUTING_ROWS_OVERFLOW : 0) |
-                  (max_m_overflow ? FP8QUANT_ROUTING_MAX_M_OVERFLOW : 0);
+      if (kStoreStatus) *p.status = status;
     }
   }
-  return m_sum;
+  return {m_sum, status};
 }
 
 // Place the run's slots in order, ranked from the warp's counts of the slots before the run
@@ -436,7 +451,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_route_kernel(const __grid
   __syncthreads();
 
   // First rows; counts, first rows and status (block 0)
-  const int64_t m_sum = scan_first_rows(p, smem, warp_sums, blockIdx.x == 0);
+  const int64_t m_sum = scan_first_rows(p, smem, warp_sums, blockIdx.x == 0).m_sum;
 
   // Place the slots of the runs this block owns; mark its share of the rows without a token
   if (warp % gridDim.x == blockIdx.x) place_run<IdT>(p, run, smem, earlier);
@@ -451,6 +466,40 @@ __device__ __forceinline__ int32_t* chunk_counts(const RoutingProblem& p, int32_
   return p.inv_perm + int64_t{c} * routing_chunk_slots(p.slots);
 }
 
+// Thread (part j, expert e) of a block that sums the chunk counts takes expert e's counts in
+// chunks [j * chunks / parts, (j + 1) * chunks / parts): at least two parts an expert.
+struct ChunkPart {
+  int32_t e, part, parts, begin, end;
+  bool active;
+};
+__device__ __forceinline__ ChunkPart chunk_part(const RoutingProblem& p) {
+  ChunkPart c;
+  const int32_t chunks = routing_chunks(p.slots);
+  c.parts = kRoutingThreads / p.experts;
+  c.e = static_cast<int32_t>(threadIdx.x) % p.experts;
+  c.part = static_cast<int32_t>(threadIdx.x) / p.experts;
+  c.begin = static_cast<int32_t>(int64_t{c.part} * chunks / c.parts);
+  c.end = static_cast<int32_t>(int64_t{c.part + 1} * chunks / c.parts);
+  c.active = c.part < c.parts;
+  return c;
+}
+
+// The barrier of the two-kernel chunk routing's blocks (co-resident: a cooperative launch), on
+// the status word, which the chunk count zeroes: each block arrives once it has read what the
+// others will overwrite, waits until all have arrived, and leaves; the last to leave stores the
+// status. One thread a block calls each.
+__device__ __forceinline__ void arrive_at_chunk_barrier(int32_t* word) {
+  __threadfence();  // this block's reads before the arrival, for the blocks that wait on it
+  atomicAdd(word, 1);
+}
+__device__ __forceinline__ void pass_chunk_barrier(int32_t* word, int32_t status) {
+  const int32_t blocks = static_cast<int32_t>(gridDim.x);
+  for (int32_t arrived = 0; arrived < blocks;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(arrived) : "l"(word) : "memory");
+  }
+  if (atomicAdd(word, 1) == 2 * blocks - 1) atomicExch(word, status);  // none waits any more
+}
+
 template <class Arch, typename IdT>
 __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_count_kernel(const __grid_constant__ RoutingProblem p) {
   __shared__ uint32_t count[kOneKernelExperts];
@@ -462,7 +511,9 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_count_kernel(const 
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Count the chunk's slots per expert (shared atomics); store the counts
+  // Count the chunk's slots per expert (shared atomics); store the counts; zero the status word
+  // (the two-kernel placement's barrier)
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.status = 0;
   for (int32_t s = chunk.begin + threadIdx.x; s < chunk.end; s += kRoutingThreads) {
     const int64_t x = local_expert<IdT>(p, s);
     if (x >= 0) atomicAdd(&count[x], 1u);
@@ -478,14 +529,9 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
   __shared__ int64_t first[kOneKernelExperts + 1];
   __shared__ int32_t count[kOneKernelExperts];
   __shared__ int64_t warp_sums[kRoutingWarps];
-  // Thread (part j, expert e) takes expert e's counts in chunks [j * chunks / parts, (j + 1) *
-  // chunks / parts): at least two parts an expert
-  const int32_t chunks = routing_chunks(p.slots);
-  const int32_t parts = kRoutingThreads / p.experts;
-  const int32_t e = threadIdx.x % p.experts, part = threadIdx.x / p.experts;
-  const int32_t c_begin = static_cast<int32_t>(int64_t{part} * chunks / parts);
-  const int32_t c_end = static_cast<int32_t>(int64_t{part + 1} * chunks / parts);
-  const bool active = part < parts;
+  const ChunkPart cp = chunk_part(p);
+  const int32_t e = cp.e, part = cp.part, parts = cp.parts, c_begin = cp.begin, c_end = cp.end;
+  const bool active = cp.active;
 
   // Wait for the chunk counts; let the chunk placement launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -528,11 +574,18 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
   scan_first_rows(p, PlacementSmem{nullptr, first, count}, warp_sums, true);
 }
 
-template <class Arch, typename IdT>
+// kScan: the two-kernel chunk routing, without the chunk scan. Every block sums the chunk counts
+// itself (all chunks', and those of the chunks before its own) and scans the first rows; block 0
+// stores the counts and first rows. The placement overwrites the chunk counts in inv_perm, so the
+// blocks meet at a barrier first (pass_chunk_barrier): they are co-resident, and each arrives as
+// soon as its reads are done.
+template <class Arch, typename IdT, bool kScan>
 __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const __grid_constant__ RoutingProblem p) {
   extern __shared__ uint32_t run_counts[];
   __shared__ int64_t first[kOneKernelExperts + 1];
   __shared__ int32_t count[kOneKernelExperts];
+  __shared__ uint32_t part_sums[kScan ? 2 * kRoutingThreads : 1];  // [before, all][parts][experts]
+  __shared__ int64_t warp_sums[kScan ? kRoutingWarps : 1];
   const PlacementSmem smem{run_counts, first, count};
   const Run chunk = routing_chunk(p, blockIdx.x);
   const Run run = warp_run(chunk);
@@ -540,29 +593,70 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const 
   uint32_t* const earlier = run_counts + threadIdx.x / 32 * p.experts;  // this warp's run
   zero_run_counts(p, earlier, runs);
 
-  // Wait for the chunk scan; let the next kernel launch
+  // Wait for the chunk scan (kScan: the chunk count); let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
-  // Count each run's slots per expert; the experts' first rows and counts
+  // Count each run's slots per expert
   count_run<IdT>(p, run, earlier);
-  for (int32_t e = threadIdx.x; e <= p.experts; e += kRoutingThreads) {
-    first[e] = p.row_offsets[e];  // clamped to int32 past the rows: places and marks nothing there either
-    if (e < p.experts) count[e] = p.counts[e];
+  if constexpr (kScan) {
+    // Sum this part's chunk counts: those of the chunks before this block's, and all
+    const ChunkPart cp = chunk_part(p);
+    if (cp.active) {
+      uint32_t before = 0, all = 0;
+#pragma unroll 4
+      for (int32_t c = cp.begin; c < cp.end; ++c) {
+        const uint32_t n = static_cast<uint32_t>(__ldcg(chunk_counts(p, c) + cp.e));
+        before += c < static_cast<int32_t>(blockIdx.x) ? n : 0u;
+        all += n;
+      }
+      part_sums[threadIdx.x] = before;
+      part_sums[kRoutingThreads + threadIdx.x] = all;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) arrive_at_chunk_barrier(p.status);
+
+    // Count each expert; per run, the expert's slots before it: in the chunks before, then in
+    // the runs before
+    const auto sum_parts = [&](int32_t e, int32_t half) {
+      uint32_t sum = 0;
+      for (int32_t j = 0; j < cp.parts; ++j) sum += part_sums[half * kRoutingThreads + j * p.experts + e];
+      return sum;
+    };
+    for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) count[e] = static_cast<int32_t>(sum_parts(e, 1));
+    scan_runs(p, run_counts, runs, [&](int32_t e) { return sum_parts(e, 0); }, [](int32_t, uint32_t) {});
+  } else {
+    // The experts' first rows and counts
+    for (int32_t e = threadIdx.x; e <= p.experts; e += kRoutingThreads) {
+      first[e] = p.row_offsets[e];  // clamped to int32 past the rows: places and marks nothing there either
+      if (e < p.experts) count[e] = p.counts[e];
+    }
+    __syncthreads();
+
+    // Per run, the expert's slots before it: in the chunks before, then in the runs before. Read
+    // the chunk's counts before any placement overwrites them (a barrier)
+    const int32_t* const chunks_before = chunk_counts(p, blockIdx.x);
+    scan_runs(
+        p, run_counts, runs, [&](int32_t e) { return static_cast<uint32_t>(chunks_before[e]); },
+        [](int32_t, uint32_t) {});
   }
   __syncthreads();
 
-  // Per run, the expert's slots before it: in the chunks before, then in the runs before. Read
-  // the chunk's counts before any placement overwrites them (a barrier)
-  const int32_t* const chunks_before = chunk_counts(p, blockIdx.x);
-  scan_runs(
-      p, run_counts, runs, [&](int32_t e) { return static_cast<uint32_t>(chunks_before[e]); },
-      [](int32_t, uint32_t) {});
-  __syncthreads();
+  int64_t m_sum;
+  if constexpr (kScan) {
+    // First rows (block 0: counts and first rows); wait for every block's reads of the chunk
+    // counts
+    const FirstRows rows = scan_first_rows<false>(p, smem, warp_sums, blockIdx.x == 0);
+    m_sum = rows.m_sum;
+    if (threadIdx.x == 0) pass_chunk_barrier(p.status, rows.status);
+    __syncthreads();
+  } else {
+    m_sum = first[p.experts];
+  }
 
   // Place the run's slots; mark this block's share of the rows without a token
   place_run<IdT>(p, run, smem, earlier);
-  mark_rows_without_token(p, smem, first[p.experts]);
+  mark_rows_without_token(p, smem, m_sum);
 }
 
 // Let `kernel` take the per-run counts of `problem` in dynamic shared memory: past the default
@@ -596,10 +690,19 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
       return launch(kernel, blocks, run_counts);
     }
     if (shape == RoutingShape::kChunks) {
-      const auto place = moe_chunk_place_kernel<Arch, IdT>;
+      // Two kernels where the GPU holds every chunk's block at once (the cooperative launch
+      // succeeds), else three
       const int32_t chunks = routing_chunks(problem.slots);
+      const auto place_scan = moe_chunk_place_kernel<Arch, IdT, true>;
+      const auto place = moe_chunk_place_kernel<Arch, IdT, false>;
+      FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place_scan, problem));
       FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place, problem));
       FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_count_kernel<Arch, IdT>, chunks));
+      if (problem.cooperative &&
+          launch_with_pdl(place_scan, dim3(static_cast<unsigned>(chunks)), dim3(kRoutingThreads), stream, problem,
+                          problem.pdl, run_counts, /*cooperative=*/true) == cudaSuccess) {
+        return FP8QUANT_SUCCESS;
+      }
       FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_scan_kernel<Arch>, 1));
       return launch(place, chunks, run_counts);
     }

@@ -26,7 +26,8 @@ struct RoutingProblem {
   int32_t rows;
   int32_t max_m;
   bool int64_ids;
-  bool pdl;  // launch with programmatic dependent launch (fp8quant_set_pdl)
+  bool pdl;          // launch with programmatic dependent launch (fp8quant_set_pdl)
+  bool cooperative;  // the chunk routing may launch its placement cooperatively (FP8QUANT_COOPERATIVE)
 };
 
 FP8QUANT_DECLARE_ARCH_ENTRIES(moe_routing, RoutingProblem)

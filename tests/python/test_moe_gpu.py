@@ -7,6 +7,11 @@ graphs, torch.compile and a PDL producer that writes each op's inputs late. Mark
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting, rows_written
@@ -90,13 +95,13 @@ def check_routing(ids, e, *, offset=0, align=128, rows=None, max_m=0, side_strea
     check(lambda out=None: ROUTING(*args, out=out), _routing_reference(*args), ROUTING.buffers(*args))
 
 
-@pytest.mark.parametrize("t", [300, 4096])  # one kernel, three chunk kernels
+@pytest.mark.parametrize("t", [300, 4096])  # one kernel, two chunk kernels
 def test_routing_side_stream(t, gen):
     ids = torch.randint(-1, 512, (t, 8), generator=gen, device="cuda", dtype=torch.int32)
     check_routing(ids, 256, max_m=t, side_stream=True)
 
 
-# Up to 512 experts one kernel takes fewer than 16384 slots and three chunk kernels the rest (t =
+# Up to 512 experts one kernel takes fewer than 16384 slots and two chunk kernels the rest (t =
 # 8191 and 8192 at k = 2 sit on that boundary; 65528 slots end in a longer last chunk), two
 # kernels take more experts: e = 512 / 513 sit on that boundary (7: an odd count); t = 8191 and
 # 8192 at k = 8 are the largest (65528 and 65536 slots, past 16-bit counts); the loose bound
@@ -117,6 +122,23 @@ def test_routing(t, k, e, gen):
 def test_routing_large_chunks(t, k, e, gen):
     ids = torch.randint(-1, 2 * e, (t, k), generator=gen, device="cuda", dtype=torch.int32)
     check_routing(ids, e, offset=e // 2, max_m=t)
+
+
+def test_routing_chunks_without_cooperative_launch():
+    """FP8QUANT_COOPERATIVE=0: the chunk routing in three kernels, as where its cooperative
+    placement cannot launch (the setting is read once, so in a process of its own), through the
+    chunk tests above."""
+    select = "test_routing_side_stream or test_routing_large_chunks or test_routing and 8192-8-256"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", select],
+        env={**os.environ, "FP8QUANT_COOPERATIVE": "0"},
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-3000:]
 
 
 @pytest.mark.parametrize("e", [8, 513])  # chunk kernels, two kernels

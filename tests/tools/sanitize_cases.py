@@ -87,7 +87,7 @@ def run_cases() -> tuple[int, int]:
     for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
         failures += not check_dispatch(t, k, e, layout, gen)
         cases += 1
-    # One kernel up to 512 experts below 16384 slots, three chunk kernels from 16384 (the last case's
+    # One kernel up to 512 experts below 16384 slots, two chunk kernels from 16384 (the last case's
     # chunks hold 1056 slots), two kernels past 512 experts; the third and the fifth overflow both
     # bounds
     for t, k, e, rows, max_m in (
