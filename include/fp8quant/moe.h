@@ -67,8 +67,11 @@ typedef enum fp8quant_routing_status FP8QUANT_ENUM_BASE {
  * A slot whose id is negative or outside the local range is dropped. Each expert's rows in the
  * contiguous layout start at a multiple of `align`; `rows` is the caller's bound on their total
  * M_sum. Up to 512 experts, one kernel is enqueued on `stream` below 16384 slots (`t * k`) and
- * three from there (per-chunk counts, their scan, the placement); past 512 experts, two (a count,
- * then the placement). The outputs are the same. Pointers are device
+ * two from there (per-chunk counts; the placement, whose blocks wait for each other and launch
+ * cooperatively), or three where that cooperative launch fails or `FP8QUANT_COOPERATIVE=0` is set
+ * in the environment (per-chunk counts, their scan, the placement); past 512 experts, two (a
+ * count, then the placement). The outputs are the same. The status word also serves the
+ * placement's blocks as their meeting count: read it only after the routing. Pointers are device
  * memory of the current device, outputs must not overlap `topk_ids` or each other. Every output
  * is written whole, also for `t == 0`.
  *
