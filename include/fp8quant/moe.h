@@ -69,11 +69,12 @@ typedef enum fp8quant_routing_status FP8QUANT_ENUM_BASE {
  * M_sum. Up to 512 experts, one kernel is enqueued on `stream` below 16384 slots (`t * k`) and
  * two from there (per-chunk counts; the placement, whose blocks wait for each other and launch
  * cooperatively), or three where that cooperative launch fails or `FP8QUANT_COOPERATIVE=0` is set
- * in the environment (per-chunk counts, their scan, the placement); past 512 experts, two (a
- * count, then the placement). The outputs are the same. The status word also serves the
- * placement's blocks as their meeting count: read it only after the routing. Pointers are device
- * memory of the current device, outputs must not overlap `topk_ids` or each other. Every output
- * is written whole, also for `t == 0`.
+ * in the environment (read at the first routing; per-chunk counts, their scan, the placement);
+ * past 512 experts, two (a count, then the placement). The outputs are the same. The status word
+ * also serves the placement's blocks as their meeting count: read it only after the routing, and
+ * give routings that may run at once (on different streams) status words of their own. Pointers
+ * are device memory of the current device, outputs must not overlap `topk_ids` or each other.
+ * Every output is written whole, also for `t == 0`.
  *
  * @param topk_ids       int32 or int64 `[t, k]`, contiguous.
  * @param index_bits     32 or 64: the width of `topk_ids`' elements.

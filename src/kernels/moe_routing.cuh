@@ -15,15 +15,17 @@
 //   each slot is counted and placed once, in two kernels:
 //   chunk count  each block counts its chunk's slots per expert (and block 0 zeroes the status
 //                word);
-//   chunk place  each block sums the chunks' counts per expert (all of them, and those of the
-//                chunks before its own), scans the aligned counts into the first rows (block 0
-//                stores them and the counts), counts its chunk's slots per run, places them, and
-//                marks its share of the rows that hold no token.
+//   chunk place  each block counts its chunk's slots per run, sums the chunks' counts per
+//                expert (all of them, and those of the chunks before its own), arrives at the
+//                barrier below, scans the aligned counts into the first rows (block 0 stores them
+//                and the counts), waits at the barrier, then places its slots and marks its share
+//                of the rows that hold no token.
 //   The per-chunk counts live in inv_perm, the output the placement writes last: chunk c's
 //   counts in its own first `experts` slots (a chunk holds at least kRoutingChunkSlots >= experts).
 //   Every block reads every chunk's counts, so the blocks meet at a barrier before any places a
-//   slot: the placement launches cooperatively (every block resident at once), and the status
-//   word counts the blocks in and out (the last one out stores the status).
+//   slot: the placement launches cooperatively (every block resident at once; with PDL where the
+//   driver takes both attributes), and the status word counts the blocks in and out (the last
+//   one out stores the status).
 //   Where the cooperative launch fails (more chunks than the GPU, or the SMs this context may
 //   use, holds blocks at once; or FP8QUANT_COOPERATIVE=0), three kernels: the chunk count, a
 //   chunk scan (one block sums the chunks' counts per expert, turns each chunk's into the
@@ -71,7 +73,7 @@ constexpr int32_t kOneKernelMaxBlocks = 128;
 constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
 
 // Chunks: from kRoutingChunkedSlots slots on (where the one kernel's count and walk, which every block
-// repeats over all the slots, cost more than two more launches), the slots are cut into
+// repeats over all the slots, cost more than one or two more launches), the slots are cut into
 // routing_chunks(slots) chunks of routing_chunk_slots(slots), the last one taking the remainder
 // too: at most kRoutingMaxChunks, each at least kRoutingChunkSlots.
 constexpr int32_t kRoutingChunkedSlots = 16384;
@@ -86,8 +88,8 @@ __host__ __device__ __forceinline__ int32_t routing_chunk_slots(int32_t slots) {
 }
 __host__ __device__ __forceinline__ int32_t routing_chunks(int32_t slots) { return slots / routing_chunk_slots(slots); }
 
-// Which routing takes `p`: the one kernel, the three chunk kernels, or (more experts) the count
-// and place kernels.
+// Which routing takes `p`: the one kernel, the chunk kernels, or (more experts) the count and
+// place kernels.
 enum class RoutingShape { kOneKernel, kChunks, kPerExpert };
 inline RoutingShape routing_shape(const RoutingProblem& p) {
   if (p.experts > kOneKernelExperts) return RoutingShape::kPerExpert;
@@ -383,12 +385,13 @@ __device__ __forceinline__ FirstRows scan_first_rows(const RoutingProblem& p, Pl
 }
 
 // Place the run's slots in order, ranked from the warp's counts of the slots before the run
-// (`earlier`, advanced as it goes). The status has the bounds already (scan_first_rows).
+// (`earlier`, advanced as it goes). The bounds' status bits come from scan_first_rows, which
+// every routing stores (or hands to the chunk barrier), not from here.
 template <typename IdT>
 __device__ __forceinline__ void place_run(const RoutingProblem& p, Run run, PlacementSmem smem, uint32_t* earlier) {
   const int32_t lane = threadIdx.x % 32;
   const unsigned lanes_before = (1u << lane) - 1u;
-  bool rows_overflow = false, max_m_overflow = false;  // (unread: scan_first_rows stored the status)
+  bool rows_overflow = false, max_m_overflow = false;  // (unread: the status comes from scan_first_rows)
   for_each_step<IdT>(p, run, [&](int32_t s, int64_t x) {
     const unsigned peers = lanes_with_expert(x);
     if (x >= 0) {
@@ -507,7 +510,7 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_count_kernel(const 
   for (int32_t e = threadIdx.x; e < p.experts; e += kRoutingThreads) count[e] = 0;
   __syncthreads();
 
-  // Wait for the previous kernel's writes; let the chunk scan launch
+  // Wait for the previous kernel's writes; let the chunk placement (or scan) launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 
