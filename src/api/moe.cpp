@@ -253,7 +253,8 @@ fp8quant_status_t fp8quant_moe_routing(const void* topk_ids, int index_bits, int
   problem.int64_ids = index_bits == 64;
   problem.pdl = fp8quant::pdl_enabled();
   problem.cooperative = fp8quant::cooperative_enabled();
-  return fp8quant::launch_for_arch(problem, stream, fp8quant::sm90::moe_routing, fp8quant::sm100::moe_routing);
+  return fp8quant::launch_for_arch_with_sm_count(problem, stream, fp8quant::sm90::moe_routing,
+                                                 fp8quant::sm100::moe_routing);
 }
 
 fp8quant_status_t fp8quant_silu_mul_quant(const void* x, fp8quant_dtype_t x_dtype, int64_t batch, int64_t m, int64_t n,

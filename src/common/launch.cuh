@@ -11,8 +11,9 @@ namespace fp8quant {
 // the launch allows programmatic stream serialization (the kernel may start while the previous
 // kernel in the stream finishes; it waits with griddepcontrol.wait before touching memory);
 // where the launch refuses the attribute, or without `pdl`, it launches without it. With
-// `cooperative`, every block of the grid is resident at once, or the launch fails (too many
-// blocks for the GPU, or for the SMs this context may use). The result is the launch's own status
+// `cooperative`, every block of the grid is resident at once, or the launch fails with
+// cudaErrorCooperativeLaunchTooLarge (too many blocks for the GPU, or for the SMs this context
+// may use), without a second try. The result is the launch's own status
 // (cudaLaunchKernelEx returns it), never an earlier error the caller left for cudaGetLastError; a
 // failed launch leaves no error behind.
 template <typename Kernel, typename Problem>
@@ -31,8 +32,10 @@ cudaError_t launch_with_pdl(Kernel kernel, dim3 grid, dim3 block, cudaStream_t s
   config.attrs = cooperative ? attrs : attrs + 1;
   if (pdl) {
     config.numAttrs = cooperative ? 2 : 1;
-    if (cudaLaunchKernelEx(&config, kernel, problem) == cudaSuccess) return cudaSuccess;
-    cudaGetLastError();  // not sticky: clear it and try without the attribute
+    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, problem);
+    if (err == cudaSuccess) return cudaSuccess;
+    cudaGetLastError();                                         // not sticky: clear it and try without the attribute
+    if (err == cudaErrorCooperativeLaunchTooLarge) return err;  // so it would be without PDL
   }
   config.numAttrs = cooperative ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, problem);

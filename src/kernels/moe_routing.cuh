@@ -497,8 +497,10 @@ __device__ __forceinline__ void arrive_at_chunk_barrier(int32_t* word) {
 }
 __device__ __forceinline__ void pass_chunk_barrier(int32_t* word, int32_t status) {
   const int32_t blocks = static_cast<int32_t>(gridDim.x);
-  for (int32_t arrived = 0; arrived < blocks;) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(arrived) : "l"(word) : "memory");
+  for (int32_t arrived = 0;;) {
+    asm volatile("ld.acquire.gpu.b32 %0, [%1];" : "=r"(arrived) : "l"(word) : "memory");
+    if (arrived >= blocks) break;
+    __nanosleep(32);  // the arrivals land on this line too
   }
   if (atomicAdd(word, 1) == 2 * blocks - 1) atomicExch(word, status);  // none waits any more
 }
@@ -582,6 +584,13 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
 // stores the counts and first rows. The placement overwrites the chunk counts in inv_perm, so the
 // blocks meet at a barrier first (pass_chunk_barrier): they are co-resident, and each arrives as
 // soon as its reads are done.
+// Static shared memory of the placement with kScan, which with kDefaultMaxDynamicSmem of run
+// counts stays within the default 48 KiB.
+constexpr size_t kChunkPlaceStaticSmem = 2 * kRoutingThreads * sizeof(uint32_t) +
+                                         (kOneKernelExperts + 1) * sizeof(int64_t) +
+                                         kOneKernelExperts * sizeof(int32_t) + kRoutingWarps * sizeof(int64_t);
+static_assert(kChunkPlaceStaticSmem + kDefaultMaxDynamicSmem <= 48 * 1024, "the placement fits without opting in");
+
 template <class Arch, typename IdT, bool kScan>
 __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const __grid_constant__ RoutingProblem p) {
   extern __shared__ uint32_t run_counts[];
@@ -693,18 +702,20 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
       return launch(kernel, blocks, run_counts);
     }
     if (shape == RoutingShape::kChunks) {
-      // Two kernels where the GPU holds every chunk's block at once (the cooperative launch
-      // succeeds), else three
+      // Two kernels where the GPU holds every chunk's block at once (by the occupancy, and then
+      // by the cooperative launch's own check), else three; any other launch error is returned
       const int32_t chunks = routing_chunks(problem.slots);
       const auto place_scan = moe_chunk_place_kernel<Arch, IdT, true>;
       const auto place = moe_chunk_place_kernel<Arch, IdT, false>;
       FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place_scan, problem));
       FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place, problem));
       FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_count_kernel<Arch, IdT>, chunks));
-      if (problem.cooperative &&
-          launch_with_pdl(place_scan, dim3(static_cast<unsigned>(chunks)), dim3(kRoutingThreads), stream, problem,
-                          problem.pdl, run_counts, /*cooperative=*/true) == cudaSuccess) {
-        return FP8QUANT_SUCCESS;
+      const int64_t resident = int64_t{problem.sm_count} *
+                               resident_blocks_per_sm<moe_chunk_place_kernel<Arch, IdT, true>, kRoutingThreads>();
+      if (problem.cooperative && chunks <= resident) {
+        const cudaError_t err = launch_with_pdl(place_scan, dim3(static_cast<unsigned>(chunks)), dim3(kRoutingThreads),
+                                                stream, problem, problem.pdl, run_counts, /*cooperative=*/true);
+        if (err != cudaErrorCooperativeLaunchTooLarge) return cuda_error(err, "kernel launch");
       }
       FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_scan_kernel<Arch>, 1));
       return launch(place, chunks, run_counts);

@@ -26,6 +26,7 @@ struct RoutingProblem {
   int32_t rows;
   int32_t max_m;
   bool int64_ids;
+  int32_t sm_count;  // streaming multiprocessors of the device
   bool pdl;          // launch with programmatic dependent launch (fp8quant_set_pdl)
   bool cooperative;  // the chunk routing may launch its placement cooperatively (FP8QUANT_COOPERATIVE)
 };

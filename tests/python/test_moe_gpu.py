@@ -124,11 +124,49 @@ def test_routing_large_chunks(t, k, e, gen):
     check_routing(ids, e, offset=e // 2, max_m=t)
 
 
+def routing_kernels(ids: torch.Tensor, e: int) -> set[str]:
+    """The CUDA kernels one routing of ``ids`` over ``e`` experts launches (their short names)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fp8quant.moe_routing(ids, e)
+        torch.cuda.synchronize()
+    names = {event.name for event in prof.events() if "moe_" in event.name}
+    return {
+        kind
+        for kind in ("moe_chunk_count", "moe_chunk_scan", "moe_chunk_place", "moe_route")
+        if any(kind in n for n in names)
+    }
+
+
+def test_routing_chunks_in_two_kernels(gen):
+    """From 16384 slots the routing launches the chunk count and the cooperative placement (an
+    H100 or H200 holds its 64 blocks at once), not the chunk scan; FP8QUANT_COOPERATIVE=0 runs the
+    scan too (test_routing_chunks_without_cooperative_launch)."""
+    if os.environ.get("FP8QUANT_COOPERATIVE") == "0":
+        pytest.skip("FP8QUANT_COOPERATIVE=0: three kernels")
+    if torch.cuda.get_device_properties(0).multi_processor_count < 64:
+        pytest.skip("fewer SMs than the 64 chunks")
+    ids = torch.randint(0, 256, (8192, 8), generator=gen, device="cuda", dtype=torch.int32)
+    assert routing_kernels(ids, 256) == {"moe_chunk_count", "moe_chunk_place"}
+    assert routing_kernels(ids[:1000], 256) == {"moe_route"}
+
+
+def test_routing_kernels_without_cooperative_launch(gen):
+    """Run by the test below in a process with FP8QUANT_COOPERATIVE=0: the chunk scan runs."""
+    if os.environ.get("FP8QUANT_COOPERATIVE") != "0":
+        pytest.skip("needs FP8QUANT_COOPERATIVE=0 (set by test_routing_chunks_without_cooperative_launch)")
+    ids = torch.randint(0, 256, (8192, 8), generator=gen, device="cuda", dtype=torch.int32)
+    assert routing_kernels(ids, 256) == {"moe_chunk_count", "moe_chunk_scan", "moe_chunk_place"}
+
+
 def test_routing_chunks_without_cooperative_launch():
     """FP8QUANT_COOPERATIVE=0: the chunk routing in three kernels, as where its cooperative
     placement cannot launch (the setting is read once, so in a process of its own), through the
-    chunk tests above."""
-    select = "test_routing_side_stream or test_routing_large_chunks or test_routing and 8192-8-256"
+    chunk tests above and below."""
+    select = (
+        "test_routing_side_stream or test_routing_large_chunks or (test_routing and 8192-8-256) or "
+        "(test_routing and 8192-2-) or test_routing_every_slot_to_one_expert or test_routing_in_a_graph or "
+        "test_routing_kernels_without_cooperative_launch"
+    )
     run = subprocess.run(
         [sys.executable, "-m", "pytest", __file__, "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", select],
         env={**os.environ, "FP8QUANT_COOPERATIVE": "0"},
@@ -138,7 +176,7 @@ def test_routing_chunks_without_cooperative_launch():
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout and " skipped" not in run.stdout, run.stdout[-3000:]
 
 
 @pytest.mark.parametrize("e", [8, 513])  # chunk kernels, two kernels
