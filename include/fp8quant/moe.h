@@ -68,9 +68,11 @@ typedef enum fp8quant_routing_status FP8QUANT_ENUM_BASE {
  * contiguous layout start at a multiple of `align`; `rows` is the caller's bound on their total
  * M_sum. Up to 512 experts, one kernel is enqueued on `stream` below 16384 slots (`t * k`) and
  * two from there (per-chunk counts; the placement, whose blocks wait for each other and launch
- * cooperatively), or three where that cooperative launch fails or `FP8QUANT_COOPERATIVE=0` is set
- * in the environment (read at the first routing; per-chunk counts, their scan, the placement);
- * past 512 experts, two (a count, then the placement). The outputs are the same. The status word
+ * cooperatively), or three where the GPU cannot hold every block of that placement at once (the
+ * occupancy, or the launch's own cudaErrorCooperativeLaunchTooLarge) or `FP8QUANT_COOPERATIVE=0`
+ * is set in the environment (read at the first routing; per-chunk counts, their scan, the
+ * placement); past 512 experts, two (a count, then the placement). The outputs are the same; any
+ * other launch error is returned. The status word
  * also serves the placement's blocks as their meeting count: read it only after the routing, and
  * give routings that may run at once (on different streams) status words of their own. Pointers
  * are device memory of the current device, outputs must not overlap `topk_ids` or each other.
