@@ -535,8 +535,6 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
   __shared__ int32_t count[kOneKernelExperts];
   __shared__ int64_t warp_sums[kRoutingWarps];
   const ChunkPart cp = chunk_part(p);
-  const int32_t e = cp.e, part = cp.part, parts = cp.parts, c_begin = cp.begin, c_end = cp.end;
-  const bool active = cp.active;
 
   // Wait for the chunk counts; let the chunk placement launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -544,31 +542,31 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
 
   // Sum this part's chunk counts
   uint32_t sum = 0;
-  if (active) {
+  if (cp.active) {
 #pragma unroll 4
-    for (int32_t c = c_begin; c < c_end; ++c) sum += static_cast<uint32_t>(chunk_counts(p, c)[e]);
+    for (int32_t c = cp.begin; c < cp.end; ++c) sum += static_cast<uint32_t>(chunk_counts(p, c)[cp.e]);
     part_sums[threadIdx.x] = sum;
   }
   __syncthreads();
 
   // Count each expert; each chunk's counts become the expert's slots in the chunks before it
-  if (active) {
+  if (cp.active) {
     uint32_t before = 0, total = 0;
-    for (int32_t j = 0; j < parts; ++j) {
-      const uint32_t c = part_sums[j * p.experts + e];
-      before += j < part ? c : 0u;
+    for (int32_t j = 0; j < cp.parts; ++j) {
+      const uint32_t c = part_sums[j * p.experts + cp.e];
+      before += j < cp.part ? c : 0u;
       total += c;
     }
-    if (part == 0) count[e] = static_cast<int32_t>(total);
+    if (cp.part == 0) count[cp.e] = static_cast<int32_t>(total);
     constexpr int kBatch = 8;  // loads in flight
-    for (int32_t c0 = c_begin; c0 < c_end; c0 += kBatch) {
+    for (int32_t c0 = cp.begin; c0 < cp.end; c0 += kBatch) {
       uint32_t mine[kBatch];
 #pragma unroll
       for (int i = 0; i < kBatch; ++i)
-        mine[i] = c0 + i < c_end ? static_cast<uint32_t>(chunk_counts(p, c0 + i)[e]) : 0u;
+        mine[i] = c0 + i < cp.end ? static_cast<uint32_t>(chunk_counts(p, c0 + i)[cp.e]) : 0u;
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
-        if (c0 + i < c_end) chunk_counts(p, c0 + i)[e] = static_cast<int32_t>(before);
+        if (c0 + i < cp.end) chunk_counts(p, c0 + i)[cp.e] = static_cast<int32_t>(before);
         before += mine[i];
       }
     }
@@ -705,13 +703,12 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
       // Two kernels where the GPU holds every chunk's block at once (by the occupancy, and then
       // by the cooperative launch's own check), else three; any other launch error is returned
       const int32_t chunks = routing_chunks(problem.slots);
-      const auto place_scan = moe_chunk_place_kernel<Arch, IdT, true>;
-      const auto place = moe_chunk_place_kernel<Arch, IdT, false>;
+      constexpr auto place_scan = moe_chunk_place_kernel<Arch, IdT, true>;
+      constexpr auto place = moe_chunk_place_kernel<Arch, IdT, false>;
       FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place_scan, problem));
       FP8QUANT_RETURN_IF_ERROR(allow_run_counts(place, problem));
       FP8QUANT_RETURN_IF_ERROR(launch(moe_chunk_count_kernel<Arch, IdT>, chunks));
-      const int64_t resident = int64_t{problem.sm_count} *
-                               resident_blocks_per_sm<moe_chunk_place_kernel<Arch, IdT, true>, kRoutingThreads>();
+      const int64_t resident = int64_t{problem.sm_count} * resident_blocks_per_sm<place_scan, kRoutingThreads>();
       if (problem.cooperative && chunks <= resident) {
         const cudaError_t err = launch_with_pdl(place_scan, dim3(static_cast<unsigned>(chunks)), dim3(kRoutingThreads),
                                                 stream, problem, problem.pdl, run_counts, /*cooperative=*/true);
