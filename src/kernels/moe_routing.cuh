@@ -75,10 +75,12 @@ constexpr size_t kDefaultMaxDynamicSmem = 32 * 1024;
 // Chunks: from kRoutingChunkedSlots slots on (where the one kernel's count and walk, which every block
 // repeats over all the slots, cost more than one or two more launches), the slots are cut into
 // routing_chunks(slots) chunks of routing_chunk_slots(slots), the last one taking the remainder
-// too: at most kRoutingMaxChunks, each at least kRoutingChunkSlots.
+// too: at most kRoutingMaxChunks, each at least kRoutingChunkSlots. About 64 chunks place fastest
+// at every T measured (fewer leave the count and placement with too few blocks, more make each
+// block sum more chunks' counts): docs/benchmarks-history.md, twenty-sixth run.
 constexpr int32_t kRoutingChunkedSlots = 16384;
-constexpr int32_t kRoutingChunkSlots = 1024;
-constexpr int32_t kRoutingMaxChunks = 128;
+constexpr int32_t kRoutingChunkSlots = 512;
+constexpr int32_t kRoutingMaxChunks = 64;
 static_assert(kRoutingChunkSlots >= kOneKernelExperts, "a chunk's counts fit in its own first slots");
 static_assert(kRoutingChunkedSlots >= kRoutingChunkSlots, "a chunked routing has a chunk");
 

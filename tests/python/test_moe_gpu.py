@@ -115,8 +115,8 @@ def test_routing(t, k, e, gen):
     check_routing(ids.long(), e, rows=t * k + e * 128 + 5)  # int64 ids, a loose bound: trailing rows
 
 
-# Chunks past the least size (kChunkSlots = 1024, at most 128 chunks): 131073 slots in chunks of
-# 1056 and a last one of 1185; 147789 in 1184 and 2157
+# Chunks past the least size (kRoutingChunkSlots = 512, at most 64 chunks): 131073 slots in chunks
+# of 2080 and a last one of 2113; 147789 in 2336 and 2957
 @pytest.mark.parametrize(("t", "k"), [(131073, 1), (16421, 9)])
 @pytest.mark.parametrize("e", [7, 256, 512])
 def test_routing_large_chunks(t, k, e, gen):
