@@ -585,20 +585,26 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
 // stores the counts and first rows. The placement overwrites the chunk counts in inv_perm, so the
 // blocks meet at a barrier first (pass_chunk_barrier): they are co-resident, and each arrives as
 // soon as its reads are done.
-// Static shared memory of the placement with kScan, which with kDefaultMaxDynamicSmem of run
-// counts stays within the default 48 KiB.
-constexpr size_t kChunkPlaceStaticSmem = 2 * kRoutingThreads * sizeof(uint32_t) +
-                                         (kOneKernelExperts + 1) * sizeof(int64_t) +
-                                         kOneKernelExperts * sizeof(int32_t) + kRoutingWarps * sizeof(int64_t);
-static_assert(kChunkPlaceStaticSmem + kDefaultMaxDynamicSmem <= 48 * 1024, "the placement fits without opting in");
+// The placement's static shared memory, which with kDefaultMaxDynamicSmem of run counts stays
+// within the default 48 KiB.
+template <bool kScan>
+struct ChunkPlaceShared {
+  int64_t first[kOneKernelExperts + 1];
+  int32_t count[kOneKernelExperts];
+  uint32_t part_sums[kScan ? 2 * kRoutingThreads : 1];  // [before, all][parts][experts]
+  int64_t warp_sums[kScan ? kRoutingWarps : 1];
+};
+static_assert(sizeof(ChunkPlaceShared<true>) + kDefaultMaxDynamicSmem <= 48 * 1024,
+              "the placement fits without opting in");
 
 template <class Arch, typename IdT, bool kScan>
 __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const __grid_constant__ RoutingProblem p) {
   extern __shared__ uint32_t run_counts[];
-  __shared__ int64_t first[kOneKernelExperts + 1];
-  __shared__ int32_t count[kOneKernelExperts];
-  __shared__ uint32_t part_sums[kScan ? 2 * kRoutingThreads : 1];  // [before, all][parts][experts]
-  __shared__ int64_t warp_sums[kScan ? kRoutingWarps : 1];
+  __shared__ ChunkPlaceShared<kScan> shared;
+  auto& first = shared.first;
+  auto& count = shared.count;
+  auto& part_sums = shared.part_sums;
+  auto& warp_sums = shared.warp_sums;
   const PlacementSmem smem{run_counts, first, count};
   const Run chunk = routing_chunk(p, blockIdx.x);
   const Run run = warp_run(chunk);
