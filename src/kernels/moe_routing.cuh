@@ -580,11 +580,6 @@ __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_scan_kernel(const _
   scan_first_rows(p, PlacementSmem{nullptr, first, count}, warp_sums, true);
 }
 
-// kScan: the two-kernel chunk routing, without the chunk scan. Every block sums the chunk counts
-// itself (all chunks', and those of the chunks before its own) and scans the first rows; block 0
-// stores the counts and first rows. The placement overwrites the chunk counts in inv_perm, so the
-// blocks meet at a barrier first (pass_chunk_barrier): they are co-resident, and each arrives as
-// soon as its reads are done.
 // The placement's static shared memory, which with kDefaultMaxDynamicSmem of run counts stays
 // within the default 48 KiB.
 template <bool kScan>
@@ -597,6 +592,11 @@ struct ChunkPlaceShared {
 static_assert(sizeof(ChunkPlaceShared<true>) + kDefaultMaxDynamicSmem <= 48 * 1024,
               "the placement fits without opting in");
 
+// kScan: the two-kernel chunk routing, without the chunk scan. Every block sums the chunk counts
+// itself (all chunks', and those of the chunks before its own) and scans the first rows; block 0
+// stores the counts and first rows. The placement overwrites the chunk counts in inv_perm, so the
+// blocks meet at a barrier first (pass_chunk_barrier): they are co-resident, and each arrives as
+// soon as its reads are done.
 template <class Arch, typename IdT, bool kScan>
 __global__ void __launch_bounds__(kRoutingThreads) moe_chunk_place_kernel(const __grid_constant__ RoutingProblem p) {
   extern __shared__ uint32_t run_counts[];
