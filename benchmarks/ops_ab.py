@@ -12,7 +12,8 @@ uint8 rows to their slots, the dispatch's write floors), ``silu`` (masked silu_m
 to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig`` the
 contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``),
 ``silu_skew`` (masked silu_mul_quant and the engines' beside it, T = 16 to 1024, with skewed
-counts: every token on the same 8 experts, and a Zipf law over the experts capped at T),
+counts: every token on the same 8 experts, and a Zipf law over the experts capped at T, each
+with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``),
 ``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
@@ -24,6 +25,7 @@ K = 2048, ops suffixed `` k2048``). Method of
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
@@ -133,16 +135,18 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
             emit(label, "engines silu masked", t, us, nbytes)
 
 
-def skewed_counts(t: int, law: str) -> torch.Tensor:
+def skewed_counts(t: int, law: str, last: bool = False) -> torch.Tensor:
     """Per-expert rows of T tokens' top-k slots that load the experts unevenly: "top8" every token
-    on experts 0-7; "zipf" expert e's share proportional to 1 / (e + 1), at most T an expert."""
+    on experts 0-7; "zipf" expert e's share proportional to 1 / (e + 1), at most T an expert.
+    With ``last`` the same counts in reverse expert order (the busy experts 248-255): a launch's
+    blocks start in grid order, so where the busy experts sit changes its time."""
     if law == "top8":
         counts = torch.zeros(E, dtype=torch.int32)
         counts[:TOP_K] = t
-        return counts.cuda()
-    share = 1.0 / torch.arange(1, E + 1, dtype=torch.float64)
-    counts = (share / share.sum() * t * TOP_K).floor().clamp(max=t).to(torch.int32)
-    return counts.cuda()
+    else:
+        share = 1.0 / torch.arange(1, E + 1, dtype=torch.float64)
+        counts = (share / share.sum() * t * TOP_K).floor().clamp(max=t).to(torch.int32)
+    return (counts.flip(0) if last else counts).cuda()
 
 
 def silu_skewed_ops(label: str) -> None:
@@ -150,14 +154,15 @@ def silu_skewed_ops(label: str) -> None:
         gen = torch.Generator(device="cuda").manual_seed(t)
         max_m = moe_bounds(t, TOP_K, E).max_m
         y = torch.randn((E, max_m, 2 * INTER), device="cuda", generator=gen).to(torch.bfloat16)
-        for law in ("top8", "zipf"):
-            counts = skewed_counts(t, law)
+        for law, last in itertools.product(("top8", "zipf"), (False, True)):
+            counts = skewed_counts(t, law, last)
+            name = law + " last" * last
             nbytes = int(counts.sum()) * SILU_ROW_BYTES
             est = nbytes / (COPY_GBPS * 1e3)
             us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
-            emit(label, f"silu masked {law}", t, us, nbytes)
+            emit(label, f"silu masked {name}", t, us, nbytes)
             us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
-            emit(label, f"engines silu masked {law}", t, us, nbytes)
+            emit(label, f"engines silu masked {name}", t, us, nbytes)
 
 
 def silu_block_scaled_ops(label: str) -> None:

@@ -22,7 +22,8 @@
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
-// blocks of the first wave ask L2 to prefetch their part of x: with x in DRAM the loads after
+// blocks of the first wave (none in a masked SiLU-and-mul launch of a block a tile: most of its
+// rows hold no token) ask L2 to prefetch their part of x: with x in DRAM the loads after
 // the wait then find it in L2, and DRAM works through the gap between two kernels. A dispatch
 // (kScatter) follows the routing, whose kernels leave DRAM idle for microseconds: its first wave
 // prefetches the parts of the next kScatterPrefetchWaves - 1 waves too. A prefetch is
@@ -338,6 +339,11 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
           return cuda_error(launch_with_pdl(walker, dim3(walkers), dim3(threads), stream, problem, problem.pdl),
                             "kernel launch");
         }
+        // A masked launch of a block a tile prefetches nothing: its first wave holds the first
+        // rows of every batch, most of them without a token (at T = 1, 8 live rows of 256), and
+        // without the prefetch it measured 1-4% faster at T = 1-16 (larger T walk)
+        // (docs/benchmarks-history.md, twenty-sixth and twenty-seventh runs)
+        if (problem.row_counts != nullptr) problem.prefetch_blocks = 0;
       }
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });

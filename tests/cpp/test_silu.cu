@@ -2,13 +2,15 @@
 // a fast path with an exact fallback) equals PyTorch's evaluation (math::silu_mul: accurate expf,
 // IEEE division, each step rounded to T), bit for bit, for every gate word: all 2^32 pairs of
 // bf16 or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random
-// up pair. Also that the packed product math::mul2 is the float32 product rounded to T for all
-// 2^32 pairs of values. A NaN may differ in payload only (the quantizers read every NaN alike).
-// Skipped (exit code kSkipped) without a GPU.
+// up pair; and the same through the kernels' slice of eight pairs (kernels::silu_mul_slice), the
+// gate word at each position of a slice in turn. Also that the packed product math::mul2 is the
+// float32 product rounded to T for all 2^32 pairs of values. A NaN may differ in payload only
+// (the quantizers read every NaN alike). Skipped (exit code kSkipped) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
 #include "gpu.hpp"
+#include "kernels/group_slice.cuh"
 
 namespace {
 
@@ -34,9 +36,28 @@ __device__ bool same(uint32_t a, uint32_t b) {
   return equal;
 }
 
-// Counts: [0] gate words, [1] mismatches with up = (1, 1), [2] mismatches with a random up,
-// [3] mul2 mismatches (word w times its own halves swapped: every pair of values once per
-// element).
+// silu_mul_slice of a slice holding `gate` (times `up`) at position w % 8 and in-range words
+// elsewhere; every word of the result must match.
+template <typename T>
+__device__ bool slice_matches(uint64_t w, uint32_t gate, uint32_t up) {
+  using fp8quant::kernels::Slice;
+  static_assert(Slice<T>::kWords == 8, "eight pairs a slice");
+  const uint32_t near = fp8quant::math::pack2(0.75f, -3.5f, T{}), one = fp8quant::math::pack2(1.0f, 1.0f, T{});
+  Slice<T> g, u;
+  for (int i = 0; i < 8; ++i) {
+    const bool at = i == int(w % 8);
+    g.w[i] = at ? gate : near;
+    u.w[i] = at ? up : one;
+  }
+  fp8quant::kernels::silu_mul_slice(g, u);
+  bool ok = true;
+  for (int i = 0; i < 8; ++i) ok &= same<T>(g.w[i], i == int(w % 8) ? expected<T>(gate, up) : expected<T>(near, one));
+  return ok;
+}
+
+// Counts: [0] gate words, [1] mismatches with up = (1, 1), [2] mismatches with a random up
+// (silu_mul2 or the slice), [3] mul2 mismatches (word w times its own halves swapped: every pair
+// of values once per element).
 template <typename T>
 __global__ void compare(unsigned long long* counts) {
   const uint32_t one = fp8quant::math::pack2(1.0f, 1.0f, T{});
@@ -44,8 +65,10 @@ __global__ void compare(unsigned long long* counts) {
   for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w <= 0xFFFFFFFFull;
        w += uint64_t(gridDim.x) * blockDim.x) {
     const uint32_t gate = uint32_t(w), up = uint32_t(splitmix64(w));
-    bad_one += !same<T>(fp8quant::math::silu_mul2<T>(gate, one), expected<T>(gate, one));
-    bad_random += !same<T>(fp8quant::math::silu_mul2<T>(gate, up), expected<T>(gate, up));
+    bad_one +=
+        !same<T>(fp8quant::math::silu_mul2<T>(gate, one), expected<T>(gate, one)) || !slice_matches<T>(w, gate, one);
+    bad_random +=
+        !same<T>(fp8quant::math::silu_mul2<T>(gate, up), expected<T>(gate, up)) || !slice_matches<T>(w >> 3, gate, up);
     const uint32_t swapped = (gate >> 16) | (gate << 16);
     const float2 a = fp8quant::math::unpack2(gate, T{}), b = fp8quant::math::unpack2(swapped, T{});
     bad_mul += !same<T>(fp8quant::math::mul2(gate, swapped, T{}),
@@ -68,7 +91,7 @@ bool check(const char* name, unsigned long long* counts) {
     return false;
   }
   std::printf(
-      "%s: %llu gate words: %llu silu_mul2 mismatches with up = 1, %llu with a random up; "
+      "%s: %llu gate words: %llu silu_mul2 or slice mismatches with up = 1, %llu with a random up; "
       "%llu mul2 mismatches\n",
       name, h[0], h[1], h[2], h[3]);
   return h[0] == 0x100000000ull && h[1] == 0 && h[2] == 0 && h[3] == 0;
