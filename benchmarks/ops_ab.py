@@ -13,7 +13,8 @@ to 1024; ``silu_nopdl`` the same with ``fp8quant.set_pdl(False)``; ``silu_contig
 contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_offsets``),
 ``silu_skew`` (masked silu_mul_quant and the engines' beside it, T = 16 to 1024, with skewed
 counts: every token on the same 8 experts, and a Zipf law over the experts capped at T, each
-with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``),
+with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``), ``silu_live``
+(the masked SiLU and the engines' at T = 1's bounds with 8, 64 and 256 experts holding a row),
 ``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
@@ -58,6 +59,7 @@ PARTS = (
     "silu_nopdl",
     "silu_contig",
     "silu_skew",
+    "silu_live",
     "silu_mx",
     "engines",
     "nvfp4",
@@ -133,6 +135,23 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
         if with_engines:
             us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, nbytes / (COPY_GBPS * 1e3))
             emit(label, "engines silu masked", t, us, nbytes)
+
+
+def silu_live_ops(label: str) -> None:
+    """The masked SiLU at T = 1's bounds (max_m = 1) with 8, 64 or all 256 experts holding one
+    row, the engines' beside it: how its time grows with the live rows, apart from the idle
+    experts' blocks."""
+    y = masked_silu_input(1)[0]
+    for live in (8, 64, E):
+        counts = torch.zeros(E, dtype=torch.int32)
+        counts[torch.randperm(E, generator=torch.Generator().manual_seed(live))[:live]] = 1
+        counts = counts.cuda()
+        nbytes = live * SILU_ROW_BYTES
+        est = nbytes / (COPY_GBPS * 1e3)
+        us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
+        emit(label, f"silu masked {live} live", 1, us, nbytes)
+        us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
+        emit(label, f"engines silu masked {live} live", 1, us, nbytes)
 
 
 def skewed_counts(t: int, law: str, last: bool = False) -> torch.Tensor:
@@ -229,6 +248,8 @@ def main() -> None:
         silu_contiguous_ops(label, with_engines="engines" in parts)
     if "silu_skew" in parts:
         silu_skewed_ops(label)
+    if "silu_live" in parts:
+        silu_live_ops(label)
     if "silu_mx" in parts:
         silu_block_scaled_ops(label)
     if "nvfp4" in parts:
