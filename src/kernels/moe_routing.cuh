@@ -710,7 +710,11 @@ fp8quant_status_t launch_moe_routing(const RoutingProblem& problem, cudaStream_t
     }
     if (shape == RoutingShape::kChunks) {
       // Two kernels where the GPU holds every chunk's block at once (by the occupancy, and then
-      // by the cooperative launch's own check), else three; any other launch error is returned
+      // by the cooperative launch's own check), else three; any other launch error is returned.
+      // The occupancy is asked without the run counts' dynamic shared memory (it is asked once a
+      // kernel), which does not bind on sm_90 and sm_100: at most two 1024-thread blocks fit an
+      // SM, and two with the largest run counts take about 160 KiB of its 228; were it to bind,
+      // the launch's own check would still fall back
       const int32_t chunks = routing_chunks(problem.slots);
       constexpr auto place_scan = moe_chunk_place_kernel<Arch, IdT, true>;
       constexpr auto place = moe_chunk_place_kernel<Arch, IdT, false>;
