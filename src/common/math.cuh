@@ -348,22 +348,34 @@ __device__ __noinline__ uint32_t silu_exact2(float g0, float g1) {
 // (5 + 1.2 |g|) float32 ulps of silu_exact(g) (CUDA's documented bounds: 2 + 1.173 |x| ulps for
 // __expf, 2 for __fdividef, half an ulp for the sum). Rounding is monotonic, so when both ends of
 // a twice-as-wide interval around the fast value round to the same T, the exact value rounds
-// there too; else (about one element in 200 for bf16) the pair is computed exactly. The bound
-// holds for |g| <= 64, clear of overflow and subnormals; beyond it (and for NaN) the fast value
-// is computed anyway and dropped, so that a pair takes one branch, not two. tests/cpp/
-// test_silu.cu checks every 16-bit g of both types.
+// there too; else (about one element in 500 of bf16 randn gates) the pair is computed exactly.
+// The bound holds for |g| <= 64, clear of overflow and subnormals; beyond it (and for NaN) the
+// fast value is computed anyway and dropped, so that a pair takes one branch, not two.
+// tests/cpp/test_silu.cu checks every 16-bit g of both types.
 constexpr float kSiluFastMaxAbs = 64.0f;
+
+// silu_mul2's fast path for a gate pair g (kernels::silu_mul_slice's fix-ups-last form takes it
+// too): the fast values, each with the half-width of the interval around it.
+struct SiluFast {
+  float a, b, da, db;
+};
+
+__device__ __forceinline__ SiluFast silu_fast2(float2 g) {
+  SiluFast f;
+  f.a = __fdividef(g.x, 1.0f + expf_fast_normal(-g.x));
+  f.b = __fdividef(g.y, 1.0f + expf_fast_normal(-g.y));
+  f.da = fabsf(f.a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
+  f.db = fabsf(f.b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
+  return f;
+}
 
 template <typename T>
 __device__ __forceinline__ uint32_t silu_mul2(uint32_t gate, uint32_t up) {
   const float2 g = unpack2(gate, T{});
-  const float a = __fdividef(g.x, 1.0f + expf_fast_normal(-g.x));
-  const float b = __fdividef(g.y, 1.0f + expf_fast_normal(-g.y));
-  const float da = fabsf(a) * (10.0f + 2.4f * fabsf(g.x)) * 0x1p-23f;
-  const float db = fabsf(b) * (10.0f + 2.4f * fabsf(g.y)) * 0x1p-23f;
-  uint32_t silu = pack2(a - da, b - db, T{});
+  const SiluFast f = silu_fast2(g);
+  uint32_t silu = pack2(f.a - f.da, f.b - f.db, T{});
   const bool in_range = fabsf(g.x) <= kSiluFastMaxAbs && fabsf(g.y) <= kSiluFastMaxAbs;  // false for NaN
-  if (!in_range || silu != pack2(a + da, b + db, T{})) silu = silu_exact2<T>(g.x, g.y);
+  if (!in_range || silu != pack2(f.a + f.da, f.b + f.db, T{})) silu = silu_exact2<T>(g.x, g.y);
   return mul2(silu, up, T{});
 }
 

@@ -71,37 +71,91 @@ __device__ __forceinline__ void prefetch_slice(const T* src) {
 }
 
 // silu(gate) * up of two slices, element by element, into `gate` (as T: the pipeline after the
-// load sees x's dtype).
-template <typename T>
+// load sees x's dtype). 16-bit T take silu_mul2's fast path, in one of two forms:
+//   pair by pair   each pair's exact path, where needed, right after its fast path: a branch a
+//                  pair, so the pairs' dependent chains run one after another;
+//   kFixupsLast    every pair's fast path first, straight-line (the chains interleave), then
+//                  the exact path of each element the fast path leaves, each lane its lowest one
+//                  at a time, the lanes that have one together. Shorter at the latency a lone
+//                  warp sees; more registers (docs/benchmarks-history.md, twenty-eighth run).
+template <typename T, bool kFixupsLast>
 __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& up) {
+  constexpr int kWords = Slice<T>::kWords;
   if constexpr (sizeof(T) == 4) {
 #pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) {
+    for (int i = 0; i < kWords; ++i) {
       gate.w[i] = __float_as_uint(math::silu_mul<T>(__uint_as_float(gate.w[i]), __uint_as_float(up.w[i])));
     }
+  } else if constexpr (kFixupsLast) {
+    // Fast path
+    uint32_t silu[kWords], inexact = 0u;  // bit 2i + h: element h of pair i
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      const float2 g = math::unpack2(gate.w[i], T{});
+      const math::SiluFast f = math::silu_fast2(g);
+      silu[i] = math::pack2(f.a - f.da, f.b - f.db, T{});
+      const uint32_t differ = silu[i] ^ math::pack2(f.a + f.da, f.b + f.db, T{});  // no branches: one block
+      inexact |= static_cast<uint32_t>(!(fabsf(g.x) <= math::kSiluFastMaxAbs) | ((differ & 0xFFFFu) != 0u)) << (2 * i);
+      inexact |= static_cast<uint32_t>(!(fabsf(g.y) <= math::kSiluFastMaxAbs) | ((differ >> 16) != 0u)) << (2 * i + 1);
+    }
+    // Exact path: each lane its lowest inexact element at a time
+    while (inexact != 0u) {
+      const int k = __ffs(inexact) - 1, pair = k / 2, shift = 16 * (k % 2);
+      uint32_t g = gate.w[0], s = silu[0];
+#pragma unroll
+      for (int i = 1; i < kWords; ++i) {
+        g = i == pair ? gate.w[i] : g;
+        s = i == pair ? silu[i] : s;
+      }
+      const float exact = math::silu_exact(math::unpack2(g >> shift, T{}).x);
+      const uint32_t mask = 0xFFFFu << shift;
+      s = (s & ~mask) | (math::pack2(exact, exact, T{}) & mask);
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) silu[i] = i == pair ? s : silu[i];
+      inexact &= inexact - 1u;
+    }
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) gate.w[i] = math::mul2(silu[i], up.w[i], T{});
   } else {
 #pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) gate.w[i] = math::silu_mul2<T>(gate.w[i], up.w[i]);
+    for (int i = 0; i < kWords; ++i) gate.w[i] = math::silu_mul2<T>(gate.w[i], up.w[i]);
   }
 }
 
 // A team's slice at src (loaded with kCache), or zeros when it is not `live`; with kSiluMul,
-// silu(gate) * up of it and of the slice up_offset elements on, in x's dtype (the MoE sources).
-template <typename T, bool kAligned, bool kSiluMul, Cache kCache = Cache::kReadOnly>
+// silu(gate) * up of it and of the slice up_offset elements on, in x's dtype (the MoE sources), in
+// silu_mul_slice's kFixupsLast form (every lane of the warp calls it then) or pair by pair.
+template <typename T, bool kAligned, bool kSiluMul, Cache kCache = Cache::kReadOnly, bool kFixupsLast = false>
 __device__ __forceinline__ Slice<T> load_group_slice(const T* src, int64_t up_offset, bool live) {
-  Slice<T> slice;
-  if (live) {
-    load_slice<T, kAligned, kCache>(src, slice);
-    if constexpr (kSiluMul) {
-      Slice<T> up;
+  if constexpr (kSiluMul && kFixupsLast) {
+    Slice<T> slice, up;
+    if (live) {
+      load_slice<T, kAligned, kCache>(src, slice);
       load_slice<T, kAligned>(src + up_offset, up);
-      silu_mul_slice(slice, up);
-    }
-  } else {
+    } else {
 #pragma unroll
-    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
+      for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = up.w[i] = 0u;
+    }
+    // The straight-line form in a block of its own, which every warp here enters (it holds a
+    // live lane): in the loads' block ptxas issues up's loads only after the fast path, a second
+    // memory round trip
+    if (__any_sync(kFullMask, live)) silu_mul_slice<T, true>(slice, up);
+    return slice;
+  } else {  // the pairs' branches start new blocks, so up's loads stay beside gate's
+    Slice<T> slice;
+    if (live) {
+      load_slice<T, kAligned, kCache>(src, slice);
+      if constexpr (kSiluMul) {
+        Slice<T> up;
+        load_slice<T, kAligned>(src + up_offset, up);
+        silu_mul_slice<T, false>(slice, up);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
+    }
+    return slice;
   }
-  return slice;
 }
 
 // A slice quantized: its four words of e4m3 bytes (low element first), the group's scale s

@@ -18,7 +18,9 @@
 // tile and nothing else. A block's teams take one tile of units, except in a masked SiLU-and-mul
 // launch over many rows: its grid is capped at about two waves (walk_blocks), and the blocks walk
 // the tiles of all batches together, each visiting those of its share that hold rows (kWalk,
-// walk_tiles).
+// walk_tiles). A masked launch of at most kFixupsLastMaxRows rows a batch holds few live rows, a
+// warp or so on an SM: its SiLU takes silu_mul_slice's fix-ups-last form (kFixupsLast), whose
+// chains interleave.
 //
 // Programmatic dependent launch: each block lets the next kernel in the stream launch once it
 // may read x (after waiting for the previous kernel), so launches overlap. While they wait, the
@@ -184,7 +186,7 @@ __device__ __forceinline__ void zero_tile_padding(const QuantProblem& p, int32_t
 }
 
 template <class Arch, typename T, int kGroupSize, ScaleOrder kOrder, bool kUE8M0, bool kAligned,
-          QuantSource kSource = QuantSource::kRows, bool kWalk = false>
+          QuantSource kSource = QuantSource::kRows, bool kWalk = false, bool kFixupsLast = false>
 __global__ void __launch_bounds__(Arch::kBlockThreads)
     per_token_group_quant_kernel(const __grid_constant__ QuantProblem p) {
   constexpr int kTeam = kGroupSize / kElemsPerThread;
@@ -193,6 +195,7 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
   static_assert(Arch::kBlockThreads % 32 == 0, "blocks are whole warps (the shuffles use every lane)");
   static_assert(!kPacked || kUE8M0, "packed scales are UE8M0");
   static_assert(!kWalk || kSource == QuantSource::kSiluMul, "only the SiLU-and-mul source walks block tiles");
+  static_assert(!kFixupsLast || kSource == QuantSource::kSiluMul, "kFixupsLast is a form of the SiLU");
   const int teams_per_block = blockDim.x / kTeam;  // Arch::kBlockThreads or one warp: see block_threads
   using Scale = std::conditional_t<kPacked, uint32_t, float>;
 
@@ -261,7 +264,8 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     int32_t slot_rows[kSlotBatch];
     if constexpr (kSource == QuantSource::kScatter) load_slot_rows<kSlotBatch>(p, t.pos.m, 0, live, slot_rows);
     constexpr bool kSiluMul = kSource == QuantSource::kSiluMul;
-    const Slice<T> slice = load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource)>(t.src, p.up_offset, live);
+    const Slice<T> slice =
+        load_group_slice<T, kAligned, kSiluMul, x_cache(kOrder, kSource), kFixupsLast>(t.src, p.up_offset, live);
 
     // Reduce amax, scale, quantize
     const QuantizedSlice<kUE8M0> out = quantize_slice<T, kTeam, kUE8M0>(slice, p.eps);
@@ -300,6 +304,10 @@ __global__ void __launch_bounds__(Arch::kBlockThreads)
     quantize_tile(t, block_unit, b);
   }
 }
+
+// Rows a batch up to which a masked SiLU-and-mul launch of a block a tile takes the SiLU's
+// fix-ups-last form (launch_group_quant_as).
+constexpr int32_t kFixupsLastMaxRows = 4;
 
 // Threads per block: Arch::kBlockThreads, or one warp when the whole launch is at most two warps
 // of teams per SM (M <= 16 at K = 7168). Whole blocks would crowd such a launch onto a few SMs
@@ -341,9 +349,20 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
         }
         // A masked launch of a block a tile prefetches nothing: its first wave holds the first
         // rows of every batch, most of them without a token (at T = 1, 8 live rows of 256), and
-        // without the prefetch it measured 1-4% faster at T = 1-16 (larger T walk)
-        // (docs/benchmarks-history.md, twenty-sixth and twenty-seventh runs)
-        if (problem.row_counts != nullptr) problem.prefetch_blocks = 0;
+        // without the prefetch it measured 1-4% faster at T = 1-16 (larger T walk). With at
+        // most kFixupsLastMaxRows rows a batch its live rows are a warp or so on each SM that
+        // holds one, and the SiLU's fix-ups-last form, whose chains interleave, measured 7-10%
+        // faster (T = 1 and 4; 4-9% slower at T = 16) (docs/benchmarks-history.md,
+        // twenty-sixth to twenty-eighth runs)
+        if (problem.row_counts != nullptr) {
+          problem.prefetch_blocks = 0;
+          if (problem.m <= kFixupsLastMaxRows) {
+            constexpr auto few_rows = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned,
+                                                                   kSource, /*kWalk=*/false, /*kFixupsLast=*/true>;
+            return cuda_error(launch_with_pdl(few_rows, grid, dim3(threads), stream, problem, problem.pdl),
+                              "kernel launch");
+          }
+        }
       }
       return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });
