@@ -349,11 +349,11 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
         }
         // A masked launch of a block a tile prefetches nothing: its first wave holds the first
         // rows of every batch, most of them without a token (at T = 1, 8 live rows of 256), and
-        // without the prefetch it measured 1-4% faster at T = 1-16 (larger T walk). With at
-        // most kFixupsLastMaxRows rows a batch its live rows are a warp or so on each SM that
-        // holds one, and the SiLU's fix-ups-last form, whose chains interleave, measured 7-10%
-        // faster (T = 1 and 4; 4-9% slower at T = 16) (docs/benchmarks-history.md,
-        // twenty-sixth to twenty-eighth runs)
+        // without the prefetch it measured faster at T = 1-16 (larger T walk). With at most
+        // kFixupsLastMaxRows rows a batch its live rows are a warp or so on each SM that holds
+        // one, and the SiLU's fix-ups-last form, whose chains interleave, measured faster (T = 1
+        // and 4; slower at T = 16) (docs/benchmarks-history.md, twenty-sixth to twenty-eighth
+        // runs)
         if (problem.row_counts != nullptr) {
           problem.prefetch_blocks = 0;
           if (problem.m <= kFixupsLastMaxRows) {
