@@ -5,7 +5,7 @@
 #      wheel for this interpreter;
 #   2. auditwheel show, then repair with the NVIDIA driver excluded; tests/tools/inspect_wheel.py
 #      (one libfp8quant, headers and CMake package inside, DT_NEEDED only glibc/libstdc++);
-#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 180 group-quantization, 14 weight, 5
+#      cuobjdump: sm_90a and sm_100f SASS in libfp8quant, with 210 group-quantization, 14 weight, 5
 #      scale-transform, 6 MoE-combine, 11 MoE-routing, 64 + 24 RMSNorm and 132 block-scaled kernels
 #      each, and Blackwell's e2m1 / ue8m0 conversion instructions in the sm_100 block-scaled ones;
 #   3. the regular wheel in a fresh virtual environment: the CPU tests against the installed
@@ -71,7 +71,8 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #   per_token_group_quant: 3 dtypes x 3 group sizes x (row, column: ue8m0 x aligned; packed:
     #     aligned) = 90 (mn and mn_tma share the column kernels), plus the MoE sources (SiLU-and-mul,
     #     gather) at group size 128 only: 2 x 3 dtypes x 5 x 2 = 60, plus the SiLU-and-mul's
-    #     walking kernels (masked launches over many rows): 3 dtypes x 5 x 2 = 30;
+    #     walking kernels (masked launches over many rows): 3 dtypes x 5 x 2 = 30, and its
+    #     fix-ups-last kernels (masked launches of at most 4 rows a batch): 3 dtypes x 5 x 2 = 30;
     #   per_block_quant: 3 dtypes x ue8m0 x aligned = 12, plus requantization (fp8 input) x aligned;
     #   scale_transform: convert and unpack x (row, MN-major destination), pack (MN-major);
     #   moe_combine: 3 dtypes x aligned; moe routing: one-kernel route, count and place, chunk count
@@ -83,7 +84,7 @@ for wheel in "$out"/wheelhouse/*.whl; do
     #     2 layouts x aligned, plus the SiLU-and-mul's walking kernels (masked launches over many
     #     rows): 3 dtypes x 3 x 2 x aligned = 36
     counts=""
-    for spec in per_token_group_quant_kernel:180 per_block_quant_kernel:14 scale_transform_kernel:5 \
+    for spec in per_token_group_quant_kernel:210 per_block_quant_kernel:14 scale_transform_kernel:5 \
                 moe_combine_kernel:6 "moe_(route|count|place|chunk_count|chunk_scan|chunk_place)_kernel:13" rms_norm_kernel:64 \
                 rms_norm_block_scaled_kernel:24 block_scaled_quant_kernel:132; do
       family=${spec%:*} expected=${spec##*:}
