@@ -127,35 +127,26 @@ __device__ __forceinline__ void silu_mul_slice(Slice<T>& gate, const Slice<T>& u
 // silu_mul_slice's kFixupsLast form (every lane of the warp calls it then) or pair by pair.
 template <typename T, bool kAligned, bool kSiluMul, Cache kCache = Cache::kReadOnly, bool kFixupsLast = false>
 __device__ __forceinline__ Slice<T> load_group_slice(const T* src, int64_t up_offset, bool live) {
-  if constexpr (kSiluMul && kFixupsLast) {
-    Slice<T> slice, up;
-    if (live) {
-      load_slice<T, kAligned, kCache>(src, slice);
+  Slice<T> slice, up;
+  if (live) {
+    load_slice<T, kAligned, kCache>(src, slice);
+    if constexpr (kSiluMul) {
       load_slice<T, kAligned>(src + up_offset, up);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = up.w[i] = 0u;
+      // Pair by pair: the pairs' branches start new blocks, so up's loads stay beside gate's
+      if constexpr (!kFixupsLast) silu_mul_slice<T, false>(slice, up);
     }
-    // The straight-line form in a block of its own, which every warp here enters (it holds a
-    // live lane): in the loads' block ptxas issues up's loads only after the fast path, a second
-    // memory round trip
-    if (__any_sync(kFullMask, live)) silu_mul_slice<T, true>(slice, up);
-    return slice;
-  } else {  // the pairs' branches start new blocks, so up's loads stay beside gate's
-    Slice<T> slice;
-    if (live) {
-      load_slice<T, kAligned, kCache>(src, slice);
-      if constexpr (kSiluMul) {
-        Slice<T> up;
-        load_slice<T, kAligned>(src + up_offset, up);
-        silu_mul_slice<T, false>(slice, up);
-      }
-    } else {
+  } else {
 #pragma unroll
-      for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
-    }
-    return slice;
+    for (int i = 0; i < Slice<T>::kWords; ++i) slice.w[i] = 0u;
+    if constexpr (kFixupsLast) up = slice;
   }
+  // The straight-line form in a block of its own, which every warp here enters (it holds a live
+  // lane): in the loads' block ptxas issues up's loads only after the fast path, a second memory
+  // round trip
+  if constexpr (kSiluMul && kFixupsLast) {
+    if (__any_sync(kFullMask, live)) silu_mul_slice<T, true>(slice, up);
+  }
+  return slice;
 }
 
 // A slice quantized: its four words of e4m3 bytes (low element first), the group's scale s

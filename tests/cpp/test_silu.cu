@@ -4,9 +4,9 @@
 // bf16 or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random
 // up pair; and the same through both forms of the kernels' slice of eight pairs
 // (kernels::silu_mul_slice: pair by pair, and fix-ups last), the gate word at each position of a
-// slice in turn. Also that the packed product math::mul2 is the
-// float32 product rounded to T for all 2^32 pairs of values. A NaN may differ in payload only
-// (the quantizers read every NaN alike). Skipped (exit code kSkipped) without a GPU.
+// slice in turn. Also that the packed product math::mul2 is the float32 product rounded to T for
+// all 2^32 pairs of values. A NaN may differ in payload only (the quantizers read every NaN
+// alike). Skipped (exit code kSkipped) without a GPU.
 #include <cstdio>
 
 #include "common/math.cuh"
@@ -37,7 +37,7 @@ __device__ bool same(uint32_t a, uint32_t b) {
   return equal;
 }
 
-// silu_mul_slice (kFixupsLast's form) of a slice holding `gate` (times `up`) at position w % 8;
+// silu_mul_slice, in the form kFixupsLast names, of a slice holding `gate` (times `up`) at position w % 8;
 // elsewhere, as bits of a hash of w pick, a pair the fast path keeps or one it leaves to the exact
 // path (|g| > 64), so that 0 to 8 pairs of a slice take it, the tested one at any rank among them.
 // Every word of the result must match.
