@@ -55,7 +55,7 @@ void copy_source(Problem& problem, const GroupSource& source) {
   problem.row_counts = source.row_counts;
   problem.row_starts = source.row_starts;
   problem.used_rows = source.used_rows;
-  problem.pad_align = static_cast<int32_t>(source.pad_align);
+  problem.pad_align = FastDivisor(static_cast<uint32_t>(source.pad_align));
 }
 
 // The strides and spans of x (`in`: x's own rows [batch, m, k_cols], or the source's geometry)

@@ -9,13 +9,17 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/fast_divisor.hpp"
 #include "common/reduce.cuh"
 
 namespace fp8quant::kernels {
 
-// The end of the tile of `count` rows in a layout of `align`-row tiles (masked MoE layouts).
-__device__ __forceinline__ int64_t tile_end(int64_t count, int32_t align) {
-  return (count + align - 1) / align * align;
+// The end of the tile of `count` rows (an int32; none when negative) in a layout of `align`-row
+// tiles (masked MoE layouts). It follows the load of a row count in every masked launch: a
+// multiply-high, not a 64-bit division.
+__device__ __forceinline__ int64_t tile_end(int64_t count, const FastDivisor& align) {
+  const uint32_t rows = static_cast<uint32_t>(max(count, int64_t{0})), tiles = align.divide(rows);
+  return (int64_t{tiles} + (rows != tiles * align.divisor())) * align.divisor();
 }
 
 // Narrow `live` (row m of batch b holds a token) and `in_tile` (a GEMM tile reads it), which

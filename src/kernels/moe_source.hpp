@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/fast_divisor.hpp"
 #include "common/scale_order.hpp"
 
 namespace fp8quant {
@@ -28,7 +29,7 @@ struct MoeSource {
   const int32_t* row_counts;  // live rows of each batch (kSiluMul, masked) or expert (kScatter), or null
   const int32_t* row_starts;  // kScatter, contiguous: each expert's first row [experts + 1], or null
   const int32_t* used_rows;   // kSiluMul, contiguous: rows at or past *used_rows are untouched, or null
-  int32_t pad_align;          // masked layouts: rows per tile
+  FastDivisor pad_align;      // masked layouts: rows per tile
   int32_t slots_per_row;      // kScatter: slots per token (k)
   int32_t experts;            // kScatter: experts whose tile padding the last blocks zero
   int32_t dest_batch;         // kScatter: batches of q and the scales (1, or experts when masked)

@@ -112,7 +112,7 @@ void compare_fp8(int experts, int max_m, int n, int align, const std::vector<int
   p.source = QuantSource::kSiluMul;
   p.up_offset = n;
   p.row_counts = counts.data();
-  p.pad_align = align;
+  p.pad_align = FastDivisor(uint32_t(align));
   const int threads = block_threads<EmuArch, kTeam>(p);
   const dim3 grid = token_and_padding_grid<kPadColumns>(p, threads / kTeam, scale_columns<kOrder>(p), false);
   const uint32_t walkers = walk_blocks(p, int64_t{sm_count} * resident);
@@ -159,7 +159,7 @@ void compare_block_scaled(int experts, int max_m, int n, int align, const std::v
   p.source = QuantSource::kSiluMul;
   p.up_offset = n;
   p.row_counts = counts.data();
-  p.pad_align = align;
+  p.pad_align = FastDivisor(uint32_t(align));
   p.global_scale = scales.data();
   p.global_scales = experts;
   p.aligned = true;
