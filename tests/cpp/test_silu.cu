@@ -1,13 +1,15 @@
-// Checks on the GPU that the kernels' SiLU-and-mul on pairs of 16-bit elements (math::silu_mul2,
-// a fast path with an exact fallback) equals PyTorch's evaluation (math::silu_mul: accurate expf,
-// IEEE division, each step rounded to T), bit for bit, for every gate word: all 2^32 pairs of
-// bf16 or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random
-// up pair; and the same through both forms of the kernels' slice of eight pairs
-// (kernels::silu_mul_slice: pair by pair, and fix-ups last), the gate word at each position of a
-// slice in turn. Also that the packed product math::mul2 is the float32 product rounded to T for
-// all 2^32 pairs of values. A NaN may differ in payload only (the quantizers read every NaN
-// alike). Skipped (exit code kSkipped) without a GPU.
+// Checks on the GPU that the kernels' SiLU-and-mul on pairs of 16-bit elements (math::silu_mul2, a
+// fast path with an exact fallback) equals PyTorch's evaluation (math::silu_mul: accurate expf,
+// IEEE division, each step rounded to T), bit for bit, for every gate word: all 2^32 pairs of bf16
+// or fp16 gate values, each with up = (1, 1), which exposes silu itself, and with a random up pair;
+// and the same through both forms of the kernels' slice of eight pairs (kernels::silu_mul_slice:
+// pair by pair, and fix-ups last), the gate word at each position of a slice in turn, among pairs
+// that take the fast path, the exact one (0 to 7 of them, so that the fix-ups-last form fixes up to
+// 15 elements a lane) or the out-of-range one. Also that the packed product math::mul2 is the
+// float32 product rounded to T for all 2^32 pairs of values. A NaN may differ in payload only (the
+// quantizers read every NaN alike). Skipped (exit code kSkipped) without a GPU.
 #include <cstdio>
+#include <type_traits>
 
 #include "common/math.cuh"
 #include "gpu.hpp"
@@ -37,22 +39,41 @@ __device__ bool same(uint32_t a, uint32_t b) {
   return equal;
 }
 
+// A pair both of whose elements the fast path leaves to the exact path: silu(g) within 0.4-3.4
+// float32 ulps of a rounding boundary of T (found in float64; tie_is_left checks it on the GPU).
+template <typename T>
+__device__ uint32_t tie_pair() {
+  return std::is_same_v<T, __half> ? fp8quant::math::pack2(-2.724609375f, -4.921875f, T{})
+                                   : fp8quant::math::pack2(5.9375f, -3.046875f, T{});
+}
+
+template <typename T>
+__global__ void tie_is_left(int* left) {
+  const fp8quant::math::SiluFast f = fp8quant::math::silu_fast2(fp8quant::math::unpack2(tie_pair<T>(), T{}));
+  const uint32_t lo = fp8quant::math::pack2(f.a - f.da, f.b - f.db, T{});
+  const uint32_t hi = fp8quant::math::pack2(f.a + f.da, f.b + f.db, T{});
+  *left = (lo & 0xFFFFu) != (hi & 0xFFFFu) && (lo >> 16) != (hi >> 16);
+}
+
 // silu_mul_slice, in the form kFixupsLast names, of a slice holding `gate` (times `up`) at position w % 8;
-// elsewhere, as bits of a hash of w pick, a pair the fast path keeps or one it leaves to the exact
-// path (|g| > 64), so that 0 to 8 pairs of a slice take it, the tested one at any rank among them.
-// Every word of the result must match.
+// elsewhere, as two bits of a hash of w pick, a pair the fast path keeps, a pair it leaves to the
+// exact path (each silu within a few float32 ulps of a rounding boundary of T), or a pair out of
+// the fast path's range (|g| > 64), so that 0 to 7 other pairs of a slice take each of the last two,
+// the tested one at any rank among them. Every word of the result must match.
 template <typename T, bool kFixupsLast>
 __device__ bool slice_matches(uint64_t w, uint32_t gate, uint32_t up) {
   using fp8quant::kernels::Slice;
+  using fp8quant::math::pack2;
   static_assert(Slice<T>::kWords == 8, "eight pairs a slice");
-  const uint32_t near = fp8quant::math::pack2(0.75f, -3.5f, T{}), far = fp8quant::math::pack2(-70.0f, 100.0f, T{});
-  const uint32_t one = fp8quant::math::pack2(1.0f, 1.0f, T{}), pick = uint32_t(splitmix64(w ^ 0x5111u));
+  const uint32_t near = pack2(0.75f, -3.5f, T{}), far = pack2(-70.0f, 100.0f, T{});
+  const uint32_t tie = tie_pair<T>();
+  const uint32_t one = pack2(1.0f, 1.0f, T{}), pick = uint32_t(splitmix64(w ^ 0x5111u));
   Slice<T> g, u;
   uint32_t want[8];
   for (int i = 0; i < 8; ++i) {
-    const bool at = i == int(w % 8);
-    g.w[i] = at ? gate : (pick >> i) & 1u ? far : near;
-    u.w[i] = at ? up : one;
+    const uint32_t kind = (pick >> (2 * i)) & 3u;
+    g.w[i] = i == int(w % 8) ? gate : kind == 0 ? far : kind == 1 ? tie : near;
+    u.w[i] = i == int(w % 8) ? up : one;
     want[i] = expected<T>(g.w[i], u.w[i]);
   }
   fp8quant::kernels::silu_mul_slice<T, kFixupsLast>(g, u);
@@ -92,6 +113,10 @@ bool check(const char* name, unsigned long long* counts) {
   cudaMemset(counts, 0, 4 * sizeof(*counts));
   compare<T><<<132 * 16, 256>>>(counts);
   unsigned long long h[4];
+  int* left = reinterpret_cast<int*>(counts + 4);
+  tie_is_left<T><<<1, 1>>>(left);
+  int tie_left = 0;
+  cudaMemcpy(&tie_left, left, sizeof(tie_left), cudaMemcpyDeviceToHost);
   if (cudaMemcpy(h, counts, sizeof(h), cudaMemcpyDeviceToHost) != cudaSuccess) {
     std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return false;
@@ -100,7 +125,8 @@ bool check(const char* name, unsigned long long* counts) {
       "%s: %llu gate words: %llu silu_mul2 or slice mismatches with up = 1, %llu with a random up; "
       "%llu mul2 mismatches\n",
       name, h[0], h[1], h[2], h[3]);
-  return h[0] == 0x100000000ull && h[1] == 0 && h[2] == 0 && h[3] == 0;
+  if (!tie_left) std::printf("%s: the test's tie pair is not left to the exact path\n", name);
+  return tie_left && h[0] == 0x100000000ull && h[1] == 0 && h[2] == 0 && h[3] == 0;
 }
 
 }  // namespace
@@ -108,7 +134,7 @@ bool check(const char* name, unsigned long long* counts) {
 int main() {
   if (!gpu_or_skip()) return kSkipped;
   unsigned long long* counts;
-  cudaMalloc(&counts, 4 * sizeof(*counts));
+  cudaMalloc(&counts, 5 * sizeof(*counts));
   const bool bf16_ok = check<__nv_bfloat16>("bf16", counts);
   const bool fp16_ok = check<__half>("fp16", counts);
   return bf16_ok && fp16_ok ? 0 : 1;
