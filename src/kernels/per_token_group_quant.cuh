@@ -336,6 +336,7 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
       const int threads = block_threads<Arch, kTeam>(problem);
       dim3 grid = token_and_padding_grid<kPadColumns>(problem, threads / kTeam, scale_columns<kOrder>(problem),
                                                       kSource == QuantSource::kScatter);
+      auto launched = kernel;
       if constexpr (kSource == QuantSource::kSiluMul) {
         constexpr auto walker =
             per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource, /*kWalk=*/true>;
@@ -357,14 +358,12 @@ fp8quant_status_t launch_group_quant_as(QuantProblem& problem, cudaStream_t stre
         if (problem.row_counts != nullptr) {
           problem.prefetch_blocks = 0;
           if (problem.m <= kFixupsLastMaxRows) {
-            constexpr auto few_rows = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned,
-                                                                   kSource, /*kWalk=*/false, /*kFixupsLast=*/true>;
-            return cuda_error(launch_with_pdl(few_rows, grid, dim3(threads), stream, problem, problem.pdl),
-                              "kernel launch");
+            launched = per_token_group_quant_kernel<Arch, T, kGroupSize, kOrder, kUE8M0, kAligned, kSource,
+                                                    /*kWalk=*/false, /*kFixupsLast=*/true>;
           }
         }
       }
-      return cuda_error(launch_with_pdl(kernel, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
+      return cuda_error(launch_with_pdl(launched, grid, dim3(threads), stream, problem, problem.pdl), "kernel launch");
     });
   });
 }
