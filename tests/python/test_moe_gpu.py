@@ -321,6 +321,42 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
             check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, "unaligned"], ids=["fp16", "fp32", "unaligned"])
+def test_silu_mul_quant_masked_decode_dtypes(dtype, gen):
+    """The masked launch of at most 4 rows a batch (the SiLU's fix-ups-last form) in fp16 and
+    fp32, and on misaligned bf16 rows (the element-wise path), G even and odd, 256 experts, row,
+    mn_tma and packed scales; then captured in a CUDA graph (programmatic dependent launch on and
+    off) and replayed on new inputs and new counts."""
+    for max_m, n in ((1, 2048), (4, 384), (3, 7168)):
+        if dtype == "unaligned":
+            wide = torch.randn(256, max_m, 2 * n + 8, generator=gen, device="cuda").to(torch.bfloat16)
+            xm = wide[..., 1 : 1 + 2 * n]
+        else:
+            xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").mul_(4).to(dtype)
+        masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
+        masked_m[0], masked_m[1] = 0, max_m
+        for layout, ue8m0 in (("mn_tma", False), ("row", True), ("packed_ue8m0", True)):
+            check_silu(xm, layout, ue8m0, masked_m=masked_m)
+    x = torch.randn(256, 1, 2 * 2048, generator=gen, device="cuda").to(torch.bfloat16)
+    counts = torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32)
+    buffers = SILU.buffers(x, torch.empty(0, dtype=torch.int32, device="cuda"),
+                           torch.empty(0, dtype=torch.int32, device="cuda"), counts, 128, 128, "mn_tma", False,
+                           1e-10)  # fmt: skip
+
+    def new_inputs():
+        x.copy_(torch.randn(x.shape, generator=gen, device="cuda"))
+        counts.copy_(torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32))
+
+    def written():
+        return silu_written(buffers, x, None, None, counts, 128)
+
+    for pdl in (True, False):
+        with pdl_setting(pdl):
+            check_graph(lambda out=None: fp8quant.silu_mul_quant(x, masked_m=counts, out=out), new_inputs,
+                        lambda: R.silu_mul_quant(x, 128, masked_m=counts), buffers, variant="out",
+                        written=written)  # fmt: skip
+
+
 @pytest.mark.parametrize("layout,ue8m0", FORMATS, ids=[f"{lay}{'+ue8m0' if u else ''}" for lay, u in FORMATS])
 def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
     """Masked layouts with four waves of block tiles or more (32 teams a block: G = 16 two rows a
