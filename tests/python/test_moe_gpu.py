@@ -325,8 +325,8 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
 def test_silu_mul_quant_masked_decode_dtypes(dtype, gen):
     """The masked launch of at most 4 rows a batch (the SiLU's fix-ups-last form) in fp16 and
     fp32, and on misaligned bf16 rows (the element-wise path), G even and odd, 256 experts, row,
-    mn_tma and packed scales; then captured in a CUDA graph (programmatic dependent launch on and
-    off) and replayed on new inputs and new counts."""
+    mn_tma and packed scales, padding rows NaN; then captured in a CUDA graph (programmatic
+    dependent launch on and off) and replayed on new inputs and new counts."""
     for max_m, n in ((1, 2048), (4, 384), (3, 7168)):
         if dtype == "unaligned":
             wide = torch.randn(256, max_m, 2 * n + 8, generator=gen, device="cuda").to(torch.bfloat16)
@@ -335,6 +335,7 @@ def test_silu_mul_quant_masked_decode_dtypes(dtype, gen):
             xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").mul_(4).to(dtype)
         masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
         masked_m[0], masked_m[1] = 0, max_m
+        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")  # never read
         for layout, ue8m0 in (("mn_tma", False), ("row", True), ("packed_ue8m0", True)):
             check_silu(xm, layout, ue8m0, masked_m=masked_m)
     x = torch.randn(256, 1, 2 * 2048, generator=gen, device="cuda").to(torch.bfloat16)
