@@ -131,6 +131,12 @@ def compare_outputs(outs, refs, buffers, label: str, *, x=None, locate=None, wri
         )  # fmt: skip
 
 
+def nan_past_counts(x: torch.Tensor, masked_m: torch.Tensor) -> None:
+    """NaN in every row of batch e at or past masked_m[e] (x: [batches, max_m, ...]): the rows
+    a masked launch must never read."""
+    x[torch.arange(x.shape[1], device=x.device) >= masked_m.unsqueeze(1)] = float("nan")
+
+
 def rows_written(buffers, q_rows: torch.Tensor, scale_rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``written`` masks (see compare_outputs) of an op with outputs ``(q [*, M, K], scale)``
     that writes whole rows: ``q_rows`` bool ``[*, M]``, the rows of q it writes; ``scale_rows``

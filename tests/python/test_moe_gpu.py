@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, pdl_setting, rows_written
+from gpu_harness import (
+    check_graph,
+    check_op,
+    check_pdl_producer,
+    check_side_stream,
+    nan_past_counts,
+    pdl_setting,
+    rows_written,
+)
 
 import fp8quant
 from fp8quant import reference as R
@@ -30,6 +38,13 @@ def routed(t: int, k: int, e: int, gen, *, offset: int = 0):
     routing = R.moe_routing(ids, e, expert_offset=offset, align=128, max_m=t * k)
     weights = torch.rand((t, k), generator=gen, device="cuda")
     return routing, weights
+
+
+def decode_counts(experts: int, max_m: int, gen):
+    """Random masked counts in 0..max_m, the first batch without tokens and the second full."""
+    masked_m = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
+    masked_m[0], masked_m[1] = 0, max_m
+    return masked_m
 
 
 def check(y, rows, weights, out_kwargs=None):
@@ -300,7 +315,7 @@ def test_silu_mul_quant_moe_layouts(layout, ue8m0, gen):
     xm = torch.randn(8, 97, 2 * 512, generator=gen, device="cuda").to(torch.bfloat16)
     masked_m = torch.randint(0, 98, (8,), generator=gen, device="cuda", dtype=torch.int32)
     masked_m[0], masked_m[1], masked_m[2] = 0, 97, 33  # without tokens; full; a tile past max_m
-    xm[torch.arange(97, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+    nan_past_counts(xm, masked_m)
     for align in (128, 16, 1):
         check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
 
@@ -314,9 +329,8 @@ def test_silu_mul_quant_masked_decode(max_m, layout, ue8m0, gen):
     rows); align 2 and 3 end a tile inside the padding rows."""
     for experts, n in ((9, 2048), (9, 384), (256, 2048), (40, 7168)):  # G even and odd
         xm = torch.randn(experts, max_m, 2 * n, generator=gen, device="cuda").to(torch.bfloat16)
-        masked_m = torch.randint(0, max_m + 1, (experts,), generator=gen, device="cuda", dtype=torch.int32)
-        masked_m[0], masked_m[1] = 0, max_m  # without tokens; full
-        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+        masked_m = decode_counts(experts, max_m, gen)
+        nan_past_counts(xm, masked_m)
         for align in (128, 4, 3, 2, 1) if experts == 9 else (128,):
             check_silu(xm, layout, ue8m0, masked_m=masked_m, align=align)
 
@@ -333,19 +347,20 @@ def test_silu_mul_quant_masked_decode_dtypes(dtype, gen):
             xm = wide[..., 1 : 1 + 2 * n]
         else:
             xm = torch.randn(256, max_m, 2 * n, generator=gen, device="cuda").mul_(4).to(dtype)
-        masked_m = torch.randint(0, max_m + 1, (256,), generator=gen, device="cuda", dtype=torch.int32)
-        masked_m[0], masked_m[1] = 0, max_m
-        xm[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")  # never read
+        masked_m = decode_counts(256, max_m, gen)
+        nan_past_counts(xm, masked_m)
         for layout, ue8m0 in (("mn_tma", False), ("row", True), ("packed_ue8m0", True)):
             check_silu(xm, layout, ue8m0, masked_m=masked_m)
     x = torch.randn(256, 1, 2 * 2048, generator=gen, device="cuda").to(torch.bfloat16)
-    counts = torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32)
+    counts = decode_counts(256, 1, gen)
+    nan_past_counts(x, counts)
     none = torch.empty(0, dtype=torch.int32, device="cuda")  # no m_indices, no used rows
     buffers = SILU.buffers(x, none, none, counts, 128, 128, "mn_tma", False, 1e-10)
 
     def new_inputs():
         x.copy_(torch.randn(x.shape, generator=gen, device="cuda"))
-        counts.copy_(torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32))
+        counts.copy_(decode_counts(256, 1, gen))
+        nan_past_counts(x, counts)
 
     def written():
         return silu_written(buffers, x, None, None, counts, 128)
@@ -375,7 +390,7 @@ def test_silu_mul_quant_masked_walk(layout, ue8m0, gen):
         skewed[5], skewed[100], skewed[-1] = max_m, 1, max_m
         for masked_m in (spread, skewed):
             x = xm.clone()
-            x[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+            nan_past_counts(x, masked_m)
             for align in (128, 16):
                 check_silu(x, layout, ue8m0, masked_m=masked_m, align=align)
 

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_harness import check_graph, check_op, check_pdl_producer, check_side_stream, compare_outputs, pdl_setting
+from gpu_harness import (
+    check_graph,
+    check_op,
+    check_pdl_producer,
+    check_side_stream,
+    compare_outputs,
+    nan_past_counts,
+    pdl_setting,
+)
 
 import fp8quant
 from fp8quant import reference as R
@@ -214,7 +222,7 @@ def test_silu_mul_block_scaled_moe_layouts(fmt, layout, gen):
     xm = make_input((8, 97, 2 * 512), torch.bfloat16, gen)
     masked_m = torch.randint(0, 98, (8,), generator=gen, device="cuda", dtype=torch.int32)
     masked_m[0], masked_m[1], masked_m[2] = 0, 97, 33  # without tokens; full; a tile past max_m
-    xm[torch.arange(97, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+    nan_past_counts(xm, masked_m)
     for align in (128, 16):
         check_silu(fmt, xm, layout, g=g, masked_m=masked_m, align=align)
     if fmt == "nvfp4":
@@ -239,7 +247,7 @@ def test_silu_mul_block_scaled_masked_walk(fmt, layout, gen):
         g = torch.rand(experts, generator=gen, device="cuda") * 1000 + 1 if fmt == "nvfp4" else None
         for masked_m in (spread, skewed):
             x = xm.clone()
-            x[torch.arange(max_m, device="cuda") >= masked_m.unsqueeze(1)] = float("nan")
+            nan_past_counts(x, masked_m)
             for align in (128, 16):
                 check_silu(fmt, x, layout, g=g, masked_m=masked_m, align=align)
 
