@@ -19,7 +19,8 @@ with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``), ``
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
 ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768 at K = 7168, and M = 2048 to 32768 at
-K = 2048, ops suffixed `` k2048``). Method of
+K = 2048, ops suffixed `` k2048``; with ``copy`` also a ``copy_`` of the same bytes, half read and
+half written, the floor each shape's percentage is judged against). Method of
 ``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
 "pct_copy" against COPY_GBPS.
 """
@@ -63,6 +64,7 @@ PARTS = (
     "silu_mx",
     "engines",
     "nvfp4",
+    "copy",
 )
 
 
@@ -214,7 +216,7 @@ def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
             emit(label, "engines silu contiguous", t, us, nbytes)
 
 
-def nvfp4_ops(label: str) -> None:
+def nvfp4_ops(label: str, parts: set[str]) -> None:
     shapes = [(m, 7168) for m in (1, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)]
     shapes += [(m, 2048) for m in (2048, 8192, 32768)]
     for m, k in shapes:
@@ -230,6 +232,11 @@ def nvfp4_ops(label: str) -> None:
         emit(label, "nvfp4" + suffix, m, us, nbytes, n)
         us = time_calls(lambda i: rms_norm_nvfp4(sets[i], weight, global_scale), n, est)
         emit(label, "rms_norm_nvfp4" + suffix, m, us, nbytes + 2 * k, n)
+        if "copy" in parts and m >= 2048:  # the same bytes copied: half read, half written
+            half = nbytes // 2
+            srcs = [s.view(torch.uint8).flatten()[:half] for s in sets]
+            dst = torch.empty(half, dtype=torch.uint8, device="cuda")
+            emit(label, "copy" + suffix, m, time_calls(lambda i: dst.copy_(srcs[i]), n, est), 2 * half, n)
 
 
 def main() -> None:
@@ -253,7 +260,7 @@ def main() -> None:
     if "silu_mx" in parts:
         silu_block_scaled_ops(label)
     if "nvfp4" in parts:
-        nvfp4_ops(label)
+        nvfp4_ops(label, parts)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -52,11 +53,34 @@ __device__ __forceinline__ float rcp_rn(float s) {
   return __fmaf_rn(r, __fmaf_rn(-s, r, 1.0f), r);
 }
 
-// RN(amax / 448) for a finite amax >= 0: the fast division by the constant's reciprocal, exact
-// for amax >= kFastDivMinScale (tests/cpp/test_exact_division.cu checks every such float32).
+// RN(amax / max) for a finite amax >= 0, given max_rcp = RN(1 / max): the fast division, exact for
+// amax >= kFastDivMinScale, IEEE division below.
+__device__ __forceinline__ float div_amax_rn(float amax, float max, float max_rcp) {
+  return amax >= kFastDivMinScale ? div_rn_with_rcp(amax, max, max_rcp) : __fdiv_rn(amax, max);
+}
+
+// RN(amax / 448), FP8's scale, and RN(amax / 6), NVFP4's block scale before its encode scale, for
+// a finite amax >= 0 (tests/cpp/test_exact_division.cu checks both for every such float32).
 constexpr float kFp8MaxRcp = 1.0f / kFp8Max;
-__device__ __forceinline__ float scale_from_amax(float amax) {
-  return amax >= kFastDivMinScale ? div_rn_with_rcp(amax, kFp8Max, kFp8MaxRcp) : __fdiv_rn(amax, kFp8Max);
+constexpr float kFp4Max = 6.0f;
+constexpr float kFp4MaxRcp = 1.0f / kFp4Max;
+__device__ __forceinline__ float scale_from_amax(float amax) { return div_amax_rn(amax, kFp8Max, kFp8MaxRcp); }
+__device__ __forceinline__ float fp4_scale_from_amax(float amax) { return div_amax_rn(amax, kFp4Max, kFp4MaxRcp); }
+
+// NVFP4's element factor RN(S / s), S the encode scale and s a block's nonzero e4m3 scale
+// (2^-9 <= s <= 448), by the fast division where S is in [kFastFactorMinScale,
+// kFastFactorMaxScale]: there S / s lies in [2^-11, 2^126), div_rn_with_rcp's range. Elsewhere
+// (and for inf or NaN S) IEEE division, capped at FLT_MAX (NaN stays NaN).
+// tests/cpp/test_exact_division.cu checks the fast division for every S in three binades and
+// every s; its exactness does not depend on S's exponent in that range.
+constexpr float kFastFactorMinScale = 0.25f;
+constexpr float kFastFactorMaxScale = 0x1p116f;
+__device__ __forceinline__ float fp4_factor(float global_scale, float s) {
+  if (global_scale >= kFastFactorMinScale && global_scale <= kFastFactorMaxScale) {
+    return div_rn_with_rcp(global_scale, s, rcp_rn(s));
+  }
+  const float ratio = __fdiv_rn(global_scale, s);
+  return ratio > FLT_MAX ? FLT_MAX : ratio;
 }
 
 // UE8M0 exponent of a positive finite scale: round up to a power of two on the bit pattern
@@ -159,17 +183,18 @@ __device__ __forceinline__ uint32_t e2m1x2(float lo, float hi) {
 }
 
 // The word of eight e2m1 codes of the products RN(v[i] * factor), element i in nibble i: the
-// codes of e2m1x2, for finite v[i] and a factor >= 0 that is not NaN (products that overflow to
-// infinity saturate), given `signs`: 0x8 in nibble i where v[i] is negative (zeros included),
-// 0 elsewhere.
+// codes of e2m1x2, for finite v[i] and a factor >= 0 whose products are below 7 in magnitude
+// (encode_nvfp4 checks RN(amax * factor) < 7 once a group), given `signs`: 0x8 in nibble i where
+// v[i] is negative (zeros included), 0 elsewhere.
 //
-// sm_90a takes the magnitude's code as min(RN(2a), RN(a) + 2, RN(a / 2) + 4, 7) for
-// a = |RN(v[i] * factor)|: the three lines through the codes of [0, 2], [2, 4] and [4, 6] (0, 0.5,
-// 1, 1.5, 2; 2, 3, 4; 4, 6), each rounded to an integer, ties to even, by a float add at 2^23
-// (one FMA each), the least of them the code (rounding is monotonic). The sums share one binade,
-// so their bit patterns compare as integers (a three-way integer min), and the code is their
-// low byte. About 8 instructions an element against e2m1_code's 12: no sign, saturation or NaN
-// work per element (tests/cpp/test_e2m1.cu: the codes of e2m1_code for every finite float32).
+// sm_90a takes the magnitude's code as min(RN(2a), RN(a) + 2, RN(a / 2) + 4) for
+// a = |RN(v[i] * factor)|: the three lines through the codes of [0, 2], [2, 4] and [4, 7) (0, 0.5,
+// 1, 1.5, 2; 2, 3, 4; 4, 6, and 6 up to a = 7, past e2m1's largest value), each rounded to an
+// integer, ties to even, by a float add at 2^23 (one FMA each), the least of them the code
+// (rounding is monotonic). The sums share one binade, so their bit patterns compare as integers
+// (one three-way integer min), and the code is their low byte. About 7 instructions an element
+// against e2m1_code's 12: no sign, saturation or NaN work per element (tests/cpp/test_e2m1.cu:
+// the codes of e2m1_code for every float32 below 7 in magnitude).
 __device__ __forceinline__ uint32_t e2m1x8_product(const float* v, float factor, uint32_t signs) {
 #if FP8QUANT_HW_BLOCK_SCALED_CVT
   uint32_t word = 0u;
@@ -191,7 +216,7 @@ __device__ __forceinline__ uint32_t e2m1x8_product(const float* v, float factor,
     const uint32_t doubled = __float_as_uint(__fmaf_rn(a, 2.0f, 0x1p23f));
     const uint32_t shifted = __float_as_uint(__fadd_rn(a, 0x1p23f + 2.0f));
     const uint32_t halved = __float_as_uint(__fmaf_rn(a, 0.5f, 0x1p23f + 4.0f));
-    code[i] = min(min(doubled, shifted), min(halved, 0x4B000007u));
+    code[i] = min(min(doubled, shifted), halved);
   }
   // Pack: two codes to a byte, four bytes to the word; then the signs
   uint32_t pair[4];

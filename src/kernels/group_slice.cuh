@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <cstdint>
 
 #include "common/math.cuh"
@@ -237,25 +236,22 @@ __device__ __forceinline__ float lane_finite_amax(const Slice<T>& slice, float (
 
 // NVFP4 (docs/contract.md, "NVFP4"): encode a slice of one group of 16 (its words, and v widened)
 // whose finite amax is `amax` with the encode scale `global_scale`: s = e4m3(RN(RN(amax / 6) * S)),
-// elements e2m1(RN(x * RN(S / s))) (0 when s is 0), every division IEEE. With every element
-// finite (`finite`) and a factor that is not NaN the elements take e2m1x8_product, else
-// e2m1x2 element by element (NaN to +6, and inf * 0).
+// elements e2m1(RN(x * RN(S / s))) (0 when s is 0), every division rounded as IEEE's. With every
+// element finite (`finite`) and every product below 7 (RN(amax * factor) < 7, false for a NaN
+// factor) the elements take e2m1x8_product, else e2m1x2 element by element (saturation, NaN to
+// +6, and inf * 0).
 template <typename T>
 __device__ __forceinline__ Fp4Slice encode_nvfp4(const Slice<T>& slice, const float (&v)[kElemsPerThread], float amax,
                                                  bool finite, float global_scale) {
   // Scale
   Fp4Slice result;
-  result.s = math::cvt_e4m3(__fmul_rn(__fdiv_rn(amax, 6.0f), global_scale));
+  result.s = math::cvt_e4m3(__fmul_rn(math::fp4_scale_from_amax(amax), global_scale));
   const float s = math::e4m3_to_float(result.s);
-  float factor = 0.0f;  // an all-zero (or underflowed) group: every element 0
-  if (s != 0.0f) {
-    const float ratio = __fdiv_rn(global_scale, s);
-    factor = ratio > FLT_MAX ? FLT_MAX : ratio;  // capped; NaN stays NaN
-  }
+  const float factor = s != 0.0f ? math::fp4_factor(global_scale, s) : 0.0f;  // 0: every element 0
 
   // Quantize
   constexpr int kWordsPer8 = Slice<T>::kWords / 2;  // the words of eight elements
-  if (finite && factor == factor) {
+  if (finite && __fmul_rn(amax, factor) < 7.0f) {
 #pragma unroll
     for (int w = 0; w < kElemsPerThread / 8; ++w) {
       result.q[w] = math::e2m1x8_product(&v[8 * w], factor, math::e2m1_signs<T>(&slice.w[kWordsPer8 * w]));

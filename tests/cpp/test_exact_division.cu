@@ -2,9 +2,13 @@
 // division, bit for bit, over a domain wider than the kernel's: about 4.3e9 random (x, s) pairs
 // with s >= kFastDivMinScale, finite x and |x/s| < 2^126 (the kernel's quotients are at most
 // 448; near overflow the remainder would be inf - inf). Then every finite float32 amax >= 0
-// through scale_from_amax, against IEEE amax / 448, and the reciprocal rcp_rn against __frcp_rn
-// for every scale the kernels can form (every float32 from kFastDivMinScale to FLT_MAX / 448).
-// Skipped (exit code kSkipped) without a GPU.
+// through scale_from_amax and fp4_scale_from_amax, against IEEE amax / 448 and amax / 6; the
+// reciprocal rcp_rn against __frcp_rn for every scale the kernels can form (every float32 from
+// kFastDivMinScale to FLT_MAX / 448); and NVFP4's factor S / s (fp4_factor) against IEEE for
+// every e4m3 scale s > 0 and every S of the binades [1/4, 1/2), [1, 2) and [2^115, 2^116]. In
+// between S's exponent does not change the fast division's result: every value it forms (the
+// quotient, the FMA's exact remainder, the correction) scales by the same power of two, with
+// none subnormal or overflowing. Skipped (exit code kSkipped) without a GPU.
 #include <cfloat>
 #include <cstdio>
 #include <cstring>
@@ -53,16 +57,36 @@ __global__ void compare(uint64_t samples, unsigned long long* counts) {
   atomicAdd(&counts[2], fp8_bad);
 }
 
-// Counts: [0] amax values, [1] scale mismatches.
+// Counts: [0] amax values, [1] FP8 scale mismatches, [2] NVFP4 block scale mismatches.
 __global__ void compare_scales(unsigned long long* counts) {
   constexpr uint32_t kLast = 0x7F7FFFFFu;  // FLT_MAX
-  unsigned long long bad = 0, n = 0;
+  unsigned long long fp8_bad = 0, fp4_bad = 0, n = 0;
   for (uint64_t bits = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; bits <= kLast;
        bits += uint64_t(gridDim.x) * blockDim.x) {
     const float amax = __uint_as_float(uint32_t(bits));
-    bad += __float_as_uint(fp8quant::math::scale_from_amax(amax)) !=
-           __float_as_uint(__fdiv_rn(amax, fp8quant::math::kFp8Max));
+    fp8_bad += __float_as_uint(fp8quant::math::scale_from_amax(amax)) !=
+               __float_as_uint(__fdiv_rn(amax, fp8quant::math::kFp8Max));
+    fp4_bad += __float_as_uint(fp8quant::math::fp4_scale_from_amax(amax)) !=
+               __float_as_uint(__fdiv_rn(amax, fp8quant::math::kFp4Max));
     ++n;
+  }
+  atomicAdd(&counts[0], n);
+  atomicAdd(&counts[1], fp8_bad);
+  atomicAdd(&counts[2], fp4_bad);
+}
+
+// Counts: [0] (S, s) pairs, [1] factor mismatches against IEEE S / s. S: every float32 of the
+// binade starting at `binade` (a bit pattern) and the next binade's first, each with every e4m3
+// s > 0.
+__global__ void compare_factors(uint32_t binade, unsigned long long* counts) {
+  unsigned long long bad = 0, n = 0;
+  for (uint32_t m = blockIdx.x * blockDim.x + threadIdx.x; m <= (1u << 23); m += gridDim.x * blockDim.x) {
+    const float scale = __uint_as_float(binade + m);
+    for (uint32_t byte = 1; byte < 0x7F; ++byte) {
+      const float s = fp8quant::math::e4m3_to_float(byte);
+      bad += __float_as_uint(fp8quant::math::fp4_factor(scale, s)) != __float_as_uint(__fdiv_rn(scale, s));
+      ++n;
+    }
   }
   atomicAdd(&counts[0], n);
   atomicAdd(&counts[1], bad);
@@ -109,11 +133,25 @@ int main() {
   std::printf("%llu samples: %llu float32 mismatches (|x/s| >= 2^-11 or 0), %llu e4m3 mismatches\n", h[0], h[1], h[2]);
   const bool divisions_ok = h[1] == 0 && h[2] == 0 && h[0] > (uint64_t{3} << 30);
 
-  cudaMemset(counts, 0, 2 * sizeof(*counts));
+  cudaMemset(counts, 0, 3 * sizeof(*counts));
   compare_scales<<<132 * 16, 256>>>(counts);
-  if (!read_counts(counts, h, 2)) return 1;
-  std::printf("%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448\n", h[0], h[1]);
-  const bool scales_ok = h[1] == 0 && h[0] == 0x7F800000ull;
+  if (!read_counts(counts, h, 3)) return 1;
+  std::printf(
+      "%llu amax values (every finite float32 >= 0): %llu scale mismatches against amax / 448, %llu against "
+      "amax / 6\n",
+      h[0], h[1], h[2]);
+  const bool scales_ok = h[1] == 0 && h[2] == 0 && h[0] == 0x7F800000ull;
+
+  // S's binades: the least, one inside, and the last (up to kFastFactorMaxScale = 2^116 itself)
+  bool factors_ok = true;
+  for (const float first : {fp8quant::math::kFastFactorMinScale, 1.0f, 0x1p115f}) {
+    cudaMemset(counts, 0, 2 * sizeof(*counts));
+    compare_factors<<<132 * 16, 256>>>(float_bits(first), counts);
+    if (!read_counts(counts, h, 2)) return 1;
+    std::printf("%llu (S, s) pairs, S in [%g, %g]: %llu factor mismatches against S / s\n", h[0], double(first),
+                2.0 * double(first), h[1]);
+    factors_ok = factors_ok && h[1] == 0 && h[0] == 126ull * ((1ull << 23) + 1);
+  }
 
   cudaMemset(counts, 0, 2 * sizeof(*counts));
   compare_reciprocals<<<132 * 16, 256>>>(counts);
@@ -126,5 +164,5 @@ int main() {
   const unsigned long long scales =
       float_bits(FLT_MAX / fp8quant::math::kFp8Max) - float_bits(fp8quant::math::kFastDivMinScale) + 1ull;
   const bool reciprocals_ok = h[1] == 0 && h[0] == scales;
-  return divisions_ok && scales_ok && reciprocals_ok ? 0 : 1;
+  return divisions_ok && scales_ok && reciprocals_ok && factors_ok ? 0 : 1;
 }

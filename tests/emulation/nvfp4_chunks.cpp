@@ -151,10 +151,11 @@ void compare(int batch, int m, int k, int pad_cols, std::mt19937& rng, const std
 
 template <typename T, bool kSwizzled, bool kAligned>
 void sweep(std::mt19937& rng) {
-  const float pool[] = {1.0f, 2688.0f / 3.5f, 0.0f, -1.5f, 1e30f, NAN, 7.3e-5f, INFINITY};
+  // (1e30 and 1e36 either side of 2^116, 7.3e-5 below 1/4: fp4_factor's fast division and IEEE's)
+  const float pool[] = {1.0f, 2688.0f / 3.5f, 0.0f, -1.5f, 1e30f, NAN, 7.3e-5f, INFINITY, 1e36f};
   const auto scales = [&](int batch, int salt, bool one) {
     std::vector<float> global_scales;
-    for (int b = 0; b < (one ? 1 : batch); ++b) global_scales.push_back(pool[(salt + b * 3) % 8]);
+    for (int b = 0; b < (one ? 1 : batch); ++b) global_scales.push_back(pool[(salt + b * 3) % 9]);
     return global_scales;
   };
   // Aligned rows pad by whole 16-byte vectors; byte-wise ones by an odd count

@@ -352,13 +352,15 @@ def test_silu_mul_quant_masked_decode_dtypes(dtype, gen):
         for layout, ue8m0 in (("mn_tma", False), ("row", True), ("packed_ue8m0", True)):
             check_silu(xm, layout, ue8m0, masked_m=masked_m)
     x = torch.randn(256, 1, 2 * 2048, generator=gen, device="cuda").to(torch.bfloat16)
-    counts = torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32)
+    counts = decode_counts(256, 1, gen)
+    nan_past_counts(x, counts)
     none = torch.empty(0, dtype=torch.int32, device="cuda")  # no m_indices, no used rows
     buffers = SILU.buffers(x, none, none, counts, 128, 128, "mn_tma", False, 1e-10)
 
     def new_inputs():
         x.copy_(torch.randn(x.shape, generator=gen, device="cuda"))
-        counts.copy_(torch.randint(0, 2, (256,), generator=gen, device="cuda", dtype=torch.int32))
+        counts.copy_(decode_counts(256, 1, gen))
+        nan_past_counts(x, counts)
 
     def written():
         return silu_written(buffers, x, None, None, counts, 128)

@@ -201,6 +201,8 @@ def test_nvfp4_special_values(k, m):
     check_fp4(x, "swizzled")
     check_fp4(x.to(torch.bfloat16), "row", torch.tensor(1e30, device="cuda"))  # scales saturate at 448
     check_fp4(x.to(torch.float16), "swizzled", torch.tensor(1e-30, device="cuda"))  # every group scale 0
+    for g in (0.01, 1e36):  # the factor S / s by IEEE division: S below 1/4, above 2^116
+        check_fp4(x.to(torch.bfloat16), "swizzled", torch.tensor(g, device="cuda"))
 
 
 def test_nvfp4_unaligned_side_stream_and_graph():
