@@ -19,10 +19,10 @@ with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``), ``
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
 ``nvfp4`` (nvfp4_quant and rms_norm_nvfp4, M = 1 to 32768 at K = 7168, and M = 2048 to 32768 at
-K = 2048, ops suffixed `` k2048``; with ``copy`` also a ``copy_`` of the same bytes, half read and
-half written, the floor each shape's percentage is judged against). Method of
-``fp8quant.bench``: CUDA graphs over input sets rotated through >= 256 MiB, median of replays;
-"pct_copy" against COPY_GBPS.
+K = 2048 and 1536 (DeepSeek-V3's q_lora_rank), ops suffixed `` k2048`` and `` k1536``; with
+``copy`` also a ``copy_`` of the same bytes, half read and half written, the floor each shape's
+percentage is judged against). Method of ``fp8quant.bench``: CUDA graphs over input sets
+rotated through >= 256 MiB, median of replays; "pct_copy" against COPY_GBPS.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def silu_contiguous_ops(label: str, with_engines: bool = False) -> None:
 
 def nvfp4_ops(label: str, parts: set[str]) -> None:
     shapes = [(m, 7168) for m in (1, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)]
-    shapes += [(m, 2048) for m in (2048, 8192, 32768)]
+    shapes += [(m, k) for k in (2048, 1536) for m in (2048, 8192, 32768)]
     for m, k in shapes:
         suffix = "" if k == 7168 else f" k{k}"
         n = timing.rotation_sets(m * k * 2)

@@ -42,7 +42,7 @@ constexpr int kMxThreads = 256;
 constexpr int kMxWarps = kMxThreads / 32;
 
 // NVFP4's chunks: groups a lane takes, 32 slots apart, and the slots of a warp's chunk.
-constexpr int kChunkGroups = 4;
+constexpr int kChunkGroups = 2;
 constexpr int32_t kChunkSlots = 32 * kChunkGroups;
 
 // Scale columns one block of kScatter's padding part zeroes (the part has kPadSlots-wide chunks
@@ -313,7 +313,7 @@ fp8quant_status_t launch_block_scaled_quant_as(BlockScaledProblem& problem, cuda
 // Whether `problem` takes NVFP4's chunks: plain rows of at least a chunk's slots, in a launch of
 // more teams than the device holds threads at once (2048 an SM). Below that the launch is bound
 // by latency, not instruction issue: one group a thread spreads a row over more warps and SMs,
-// where a chunk's warp converts its 4 groups one after another.
+// where a chunk's warp converts its kChunkGroups groups one after another.
 inline bool nvfp4_chunks(const BlockScaledProblem& p) {
   return p.format == BlockFormat::kNvfp4 && p.source == QuantSource::kRows && p.slots >= kChunkSlots &&
          int64_t{p.units} * p.batch > int64_t{p.sm_count} * 2048;

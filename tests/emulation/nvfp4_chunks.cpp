@@ -160,7 +160,7 @@ void sweep(std::mt19937& rng) {
   };
   // Aligned rows pad by whole 16-byte vectors; byte-wise ones by an odd count
   const auto pad = [](int k) { return kAligned ? (k % 3) * 8 : 2 * (k % 3) + 1; };
-  for (int k : {2048, 2064, 2560, 4096, 7168, 7184}) {
+  for (int k : {1008, 1024, 1040, 1536, 2048, 2064, 2560, 4096, 7168, 7184}) {
     for (int m : {1, 3, 127, 129, 300}) {
       const int batch = (m + k) % 3 == 0 ? 3 : 1;
       compare<T, kSwizzled, kAligned>(batch, m, k, pad(k), rng, scales(batch, m + k / 16, m == 3));

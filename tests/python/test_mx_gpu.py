@@ -7,11 +7,12 @@ non-default stream, CUDA-graph capture with PDL on and off, and behind a PDL pro
 writes the input late. Marked ``gpu``.
 
 NVFP4 the same way (encode scales per tensor, per expert, and large enough to saturate the
-group scales). Rows of at least 128 groups (K >= 2048) in launches past one wave of the GPU's
-threads go in chunks of 128 groups a warp, 4 a lane; the chunk tests take M just past that
-(chunked_m) at every edge of the chunk grid: one chunk (K = 2048), a chunk of one group (K = 2064:
-129 groups, 132 swizzled slots), half a chunk (K = 7168), padding slots inside a chunk (K = 2032
-swizzled: 127 groups, 128 slots), specials spread over a chunk's lanes and groups."""
+group scales). Rows of at least 64 groups (K >= 1024) in launches past one wave of the GPU's
+threads go in chunks of 64 groups a warp, 2 a lane; the chunk tests take M just past that
+(chunked_m) at every edge of the chunk grid: one chunk (K = 1024) and two (K = 2048), a chunk of
+one group (K = 1040: 65 groups, 68 swizzled slots; K = 2064), half a chunk (K = 1536), whole
+chunks at DeepSeek's K = 7168, padding slots inside a chunk (K = 1008 swizzled: 63 groups, 64
+slots), specials spread over a chunk's lanes and groups."""
 
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def test_nvfp4_bit_exact(m, k, dtype, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("past", [0, 1, 3, 127])
-@pytest.mark.parametrize("k", [2032, 2048, 2064, 7168])
+@pytest.mark.parametrize("k", [1008, 1024, 1040, 1536, 2048, 2064, 7168])
 def test_nvfp4_chunks(k, past, dtype, layout):
     m = chunked_m(k, layout, past=past)
     check_fp4(make_input((m, k), dtype, m + k), layout)
