@@ -501,7 +501,8 @@ __device__ __forceinline__ float abs_max_if_finite(const uint32_t (&w)[kWords], 
 #pragma unroll
     for (int i = 0; i < kWords; ++i) m[i] = w[i];
     const uint32_t pair = tree_reduce(m, [](uint32_t a, uint32_t b) { return abs_max_nan2<T>(a, b); });
-    const uint32_t bits = abs_max_nan2<T>(pair, __byte_perm(pair, 0u, 0x1032)) & 0x7FFFu;  // the halves' max, sign cleared
+    // The two halves' max, its sign cleared
+    const uint32_t bits = abs_max_nan2<T>(pair, __byte_perm(pair, 0u, 0x1032)) & 0x7FFFu;
     if constexpr (std::is_same_v<T, __half>) {
       *finite = bits < 0x7C00u;
       return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
