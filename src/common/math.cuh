@@ -459,10 +459,35 @@ __device__ __forceinline__ float abs_max(const uint32_t (&w)[kWords]) {
   }
 }
 
+// Max of |a| and |b| for the two 16-bit T of each word, NaN kept (a NaN element gives a NaN):
+// one instruction with the magnitudes taken on its operands. Each half's sign bit is the xor of
+// the operands' (xorsign): callers clear it. The host emulator (tests/emulation) takes the same
+// on the bit patterns.
+template <typename T>
+__device__ __forceinline__ uint32_t abs_max_nan2(uint32_t a, uint32_t b) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  } else {
+    asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  }
+#else
+  constexpr uint32_t kInf = std::is_same_v<T, __half> ? 0x7C00u : 0x7F80u;
+  d = 0u;
+  for (int h = 0; h < 32; h += 16) {
+    const uint32_t x = (a >> h) & 0x7FFFu, y = (b >> h) & 0x7FFFu;
+    const uint32_t m = x > kInf || y > kInf ? 0x7FFFu : max(x, y);
+    d |= (m | ((a ^ b) >> h & 0x8000u)) << h;
+  }
+#endif
+  return d;
+}
+
 // Max of |x| over the elements of T packed in the words w, as float, when every element is
-// finite (*finite; else the value is not the amax: NaN and infinity are not dropped). On the bit
-// patterns: with the sign cleared they order as the magnitudes do, infinity above every finite
-// value and NaN above infinity; 16-bit elements two at a time.
+// finite (*finite; else the value is not the amax: NaN and infinity are not dropped). float: on
+// the bit patterns, which with the sign cleared order as the magnitudes do, infinity above every
+// finite value and NaN above infinity; 16-bit elements two at a time, NaN kept (abs_max_nan2).
 template <typename T, int kWords>
 __device__ __forceinline__ float abs_max_if_finite(const uint32_t (&w)[kWords], bool* finite) {
   uint32_t m[kWords];
@@ -474,9 +499,10 @@ __device__ __forceinline__ float abs_max_if_finite(const uint32_t (&w)[kWords], 
     return __uint_as_float(bits);
   } else {
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) m[i] = w[i] & 0x7FFF7FFFu;  // both signs cleared
-    const uint32_t pair = tree_reduce(m, [](uint32_t a, uint32_t b) { return __vmaxu2(a, b); });
-    const uint32_t bits = max(pair >> 16, pair & 0xFFFFu);
+    for (int i = 0; i < kWords; ++i) m[i] = w[i];
+    const uint32_t pair = tree_reduce(m, [](uint32_t a, uint32_t b) { return abs_max_nan2<T>(a, b); });
+    // The two halves' max, its sign cleared
+    const uint32_t bits = abs_max_nan2<T>(pair, __byte_perm(pair, 0u, 0x1032)) & 0x7FFFu;
     if constexpr (std::is_same_v<T, __half>) {
       *finite = bits < 0x7C00u;
       return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));

@@ -25,13 +25,15 @@ struct FormatOf {
 };
 
 // Byte offset of scale (r, c) in one matrix's buffer of `slots` scale columns (the groups per
-// row, rounded up to 4 when swizzled).
+// row, rounded up to 4 when swizzled). r and c are never negative: unsigned, their divisions are
+// shifts and masks.
 template <bool kSwizzled>
 __device__ __forceinline__ int64_t mx_scale_offset(int32_t slots, int32_t r, int32_t c) {
+  const uint32_t ur = static_cast<uint32_t>(r), uc = static_cast<uint32_t>(c), us = static_cast<uint32_t>(slots);
   if constexpr (kSwizzled) {
-    return int64_t{r / 128} * (slots / 4) * 512 + (c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+    return int64_t{ur / 128} * (us / 4) * 512 + ((uc / 4) * 512 + (ur % 32) * 16 + (ur % 128) / 32 * 4 + uc % 4);
   } else {
-    return int64_t{r} * slots + c;
+    return int64_t{ur} * us + uc;
   }
 }
 

@@ -126,20 +126,23 @@ __device__ __forceinline__ void quantize_nvfp4_chunk(const BlockScaledProblem& p
   constexpr int64_t kScaleStep = kSwizzled ? 32 / 4 * 512 : 32;  // scale bytes 32 slots apart
 
   // Locate this warp's chunk and this lane's first slot
-  const int32_t unit = static_cast<int32_t>(blockIdx.x) * kMxWarps + static_cast<int32_t>(threadIdx.x) / 32;
-  const int32_t r = static_cast<int32_t>(p.row_chunks.divide(static_cast<uint32_t>(unit)));
-  const int32_t c = (unit - r * p.chunks) * kChunkSlots + static_cast<int32_t>(threadIdx.x) % 32;
+  // (unsigned: the indices are never negative, so that their divisions and widenings take no
+  // sign work)
+  const uint32_t unit = blockIdx.x * kMxWarps + threadIdx.x / 32;
+  const uint32_t row = p.row_chunks.divide(unit);
+  const uint32_t slot = (unit - row * static_cast<uint32_t>(p.chunks)) * kChunkSlots + threadIdx.x % 32;
+  const int32_t r = static_cast<int32_t>(row), c = static_cast<int32_t>(slot);
   const int64_t b = blockIdx.y;
-  const int64_t col = int64_t{c} * Format::kGroup;
-  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + r * p.x_row_stride + col;
-  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + r * p.q_row_stride + col / 2;
+  const int64_t col = int64_t{slot} * Format::kGroup;
+  const T* src = static_cast<const T*>(p.x) + b * p.x_batch_stride + int64_t{row} * p.x_row_stride + col;
+  uint8_t* dst = static_cast<uint8_t*>(p.q) + b * p.q_batch_stride + int64_t{row} * p.q_row_stride + col / 2;
   // (a lane past the row's slots stores nothing: its offset is its last slot's, clear of overflow)
   uint8_t* scale = p.scale + b * p.scale_batch_stride + mx_scale_offset<kSwizzled>(p.slots, r, min(c, p.slots - 1));
 
   // Wait for the previous kernel's writes; let the next kernel launch
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
-  if (unit >= p.chunk_units) return;  // past the last chunk: the whole warp
+  if (static_cast<int32_t>(unit) >= p.chunk_units) return;  // past the last chunk: the whole warp
 
   // Load (a group that is not live is never read)
   Slice<T> slice[kChunkGroups];
