@@ -1,6 +1,6 @@
 // What the C++ tests share about the GPU: whether one is present, the exit code ctest reads as
 // "skipped" (SKIP_RETURN_CODE in CMakeLists.txt) for the tests that need one, and in CUDA
-// sources a counter-based random word generator.
+// sources a counter-based random word generator and the exhaustive checks' runner.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,5 +30,28 @@ __device__ inline uint64_t splitmix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
+}
+
+// The exhaustive checks' protocol: `check(counts)` launches a kernel that adds its checks to
+// counts[0] and its mismatches to counts[1], and lowers counts[2] to the first mismatching index.
+// Runs it, prints "<what>: N checks, M mismatches" (and the first index), and returns main's
+// status: 0 when exactly `expected` checks ran and none mismatched.
+template <class Check>
+int run_exhaustive_check(const char* what, unsigned long long expected, Check check) {
+  unsigned long long* counts;
+  cudaMalloc(&counts, 3 * sizeof(*counts));
+  const unsigned long long init[3] = {0, 0, ~0ull};
+  cudaMemcpy(counts, init, sizeof(init), cudaMemcpyHostToDevice);
+  check(counts);
+  unsigned long long h[3];
+  if (cudaMemcpy(h, counts, sizeof(h), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
+  cudaFree(counts);
+  std::printf("%s: %llu checks, %llu mismatches", what, h[0], h[1]);
+  if (h[1] != 0) std::printf(" (first index 0x%llx)", h[2]);
+  std::printf("\n");
+  return h[0] == expected && h[1] == 0 ? 0 : 1;
 }
 #endif

@@ -85,19 +85,7 @@ __global__ void compare(unsigned long long* counts) {
 
 int main() {
   if (!gpu_or_skip()) return kSkipped;
-  unsigned long long* counts;
-  cudaMalloc(&counts, 3 * sizeof(*counts));
-  const unsigned long long init[3] = {0, 0, ~0ull};
-  cudaMemcpy(counts, init, sizeof(init), cudaMemcpyHostToDevice);
-  compare<<<132 * 16, 256>>>(counts);
-  unsigned long long h[3];
-  if (cudaMemcpy(h, counts, sizeof(h), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    std::printf("CUDA error: %s\n", cudaGetErrorString(cudaGetLastError()));
-    return 1;
-  }
-  std::printf("abs_max_nan2 (every 16-bit pair) and abs_max_if_finite (2^28 slices): %llu checks, %llu mismatches",
-              h[0], h[1]);
-  if (h[1] != 0) std::printf(" (first index 0x%llx)", h[2]);
-  std::printf("\n");
-  return h[0] == 0x100000000ull + (1ull << 28) && h[1] == 0 ? 0 : 1;
+  return run_exhaustive_check("abs_max_nan2 (every 16-bit pair) and abs_max_if_finite (2^28 slices)",
+                              0x100000000ull + (1ull << 28),
+                              [](unsigned long long* counts) { compare<<<132 * 16, 256>>>(counts); });
 }
