@@ -1,6 +1,6 @@
 // What the C++ tests share about the GPU: whether one is present, the exit code ctest reads as
 // "skipped" (SKIP_RETURN_CODE in CMakeLists.txt) for the tests that need one, and in CUDA
-// sources a counter-based random word generator and the exhaustive checks' runner.
+// sources a counter-based random word generator and the exhaustive checks' tally and runner.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,6 +31,20 @@ __device__ inline uint64_t splitmix64(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+// A thread's share of an exhaustive check's counts (run_exhaustive_check below): record each
+// check where it runs, then add_to the counts once, when the thread is done.
+struct ExhaustiveTally {
+  unsigned long long checks = 0, mismatches = 0;
+  __device__ void record(bool same, unsigned long long index, unsigned long long* counts) {
+    if (!same && mismatches++ == 0) atomicMin(&counts[2], index);
+    ++checks;
+  }
+  __device__ void add_to(unsigned long long* counts) const {
+    atomicAdd(&counts[0], checks);
+    atomicAdd(&counts[1], mismatches);
+  }
+};
 
 // The exhaustive checks' protocol: `check(counts)` launches a kernel that adds its checks to
 // counts[0] and its mismatches to counts[1], and lowers counts[2] to the first mismatching index.

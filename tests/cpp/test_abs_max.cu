@@ -47,16 +47,15 @@ __device__ bool slice_ok(const uint32_t (&w)[8], uint32_t inf) {
   return __float_as_uint(amax) == __float_as_uint(want);
 }
 
-// Counts: [0] checks, [1] mismatches, [2] the first mismatching index (or ~0).
+// Counts: run_exhaustive_check's (ExhaustiveTally).
 __global__ void compare(unsigned long long* counts) {
-  unsigned long long n = 0, bad = 0;
+  ExhaustiveTally tally;
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   const uint64_t first = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
   for (uint64_t i = first; i <= 0xFFFFFFFFull; i += stride) {
     const uint32_t x = uint32_t(i) & 0xFFFFu, y = uint32_t(i >> 16);
     const bool same = pairs_ok<__nv_bfloat16>(x, y, 0x7F80u) && pairs_ok<__half>(x, y, 0x7C00u);
-    if (!same && bad++ == 0) atomicMin(&counts[2], i);
-    ++n;
+    tally.record(same, i, counts);
   }
   for (uint64_t i = first; i < (1ull << 28); i += stride) {
     uint32_t w[8];
@@ -74,11 +73,9 @@ __global__ void compare(unsigned long long* counts) {
       }
     }
     const bool same = slice_ok<__nv_bfloat16>(w, 0x7F80u) && slice_ok<__half>(w, 0x7C00u);
-    if (!same && bad++ == 0) atomicMin(&counts[2], (1ull << 32) + i);
-    ++n;
+    tally.record(same, (1ull << 32) + i, counts);
   }
-  atomicAdd(&counts[0], n);
-  atomicAdd(&counts[1], bad);
+  tally.add_to(counts);
 }
 
 }  // namespace

@@ -30,22 +30,18 @@ __device__ uint32_t product_word(float v, uint32_t w) {
   return fp8quant::math::e2m1x8_product(values, 1.0f, fp8quant::math::e2m1_signs<float>(bits));
 }
 
-// Counts: [0] inputs, [1] mismatches, [2] the first mismatching bit pattern (or ~0).
+// Counts: run_exhaustive_check's (ExhaustiveTally), indexed by bit pattern.
 __global__ void compare(unsigned long long* counts) {
-  unsigned long long n = 0, bad = 0;
+  ExhaustiveTally tally;
   for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w <= 0xFFFFFFFFull;
        w += uint64_t(gridDim.x) * blockDim.x) {
     const float v = __uint_as_float(uint32_t(w));
     const uint32_t code = defined_code(v);
     bool same = fp8quant::math::e2m1_code(v) == code;
     if (fabsf(v) < 7.0f) same = same && product_word(v, uint32_t(w)) == code << (4 * (w % 8));
-    if (!same) {
-      if (bad++ == 0) atomicMin(&counts[2], w);
-    }
-    ++n;
+    tally.record(same, w, counts);
   }
-  atomicAdd(&counts[0], n);
-  atomicAdd(&counts[1], bad);
+  tally.add_to(counts);
 }
 
 }  // namespace
