@@ -81,7 +81,9 @@ def run_cases() -> tuple[int, int]:
     for t, k, h in ((1, 1, 8), (7, 2, 100), (300, 8, 7168)):
         failures += not check_combine(t, k, h, gen)
         cases += 1
-    for shape, layout in (((3, 2 * 384), "mn_tma"), ((129, 2 * 512), "packed_ue8m0"), ((4, 33, 2 * 256), "row")):
+    silu_shapes = (((3, 2 * 384), "mn_tma"), ((129, 2 * 512), "packed_ue8m0"), ((4, 33, 2 * 256), "row"))
+    decode_shapes = (((4, 1, 2 * 2048), "mn_tma"), ((4, 3, 2 * 7168), "packed_ue8m0"))  # max_m <= 4: decode
+    for shape, layout in silu_shapes + decode_shapes:
         failures += not check_silu(shape, layout, gen)
         cases += 1
     for t, k, e, layout in ((1, 1, 8, "mn_tma"), (7, 2, 8, "packed_ue8m0"), (300, 8, 32, "row")):
@@ -182,7 +184,8 @@ def silu_rows(shape, gen) -> tuple[torch.Tensor, dict]:
         m_indices = torch.arange(shape[0], device="cuda", dtype=torch.int32) % 3 - 1
         x[m_indices < 0] = float("nan")
         return x, {"m_indices": m_indices}
-    return x, {"masked_m": torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]]}
+    counts = torch.tensor([0, 5, 33, 17], device="cuda", dtype=torch.int32)[: shape[0]].clamp_(max=shape[1])
+    return x, {"masked_m": counts}
 
 
 def check_silu(shape, layout: str, gen) -> bool:
