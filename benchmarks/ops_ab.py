@@ -15,6 +15,8 @@ contiguous layout's, T = 1 to 16384, with the routing's ``m_indices`` and ``row_
 counts: every token on the same 8 experts, and a Zipf law over the experts capped at T, each
 with the busy experts first, 0-7, and last, 248-255, ops suffixed `` last``), ``silu_live``
 (the masked SiLU and the engines' at T = 1's bounds with 8, 64 and 256 experts holding a row),
+``silu_decode`` (the masked SiLU at T = 1's bounds with 0, 1 and 8 experts holding a row, with
+and without PDL, the engines' beside it: the launch's own cost and what the live rows add),
 ``silu_mx`` (the masked silu_mul_mxfp8 and silu_mul_nvfp4 at the same T and bounds as ``silu``),
 ``engines`` (what engines run in their place, ``fp8quant.bench.engines``: quant + scatter beside
 ``routing``, the masked SiLU beside ``silu``, the contiguous one beside ``silu_contig``),
@@ -61,6 +63,7 @@ PARTS = (
     "silu_contig",
     "silu_skew",
     "silu_live",
+    "silu_decode",
     "silu_mx",
     "engines",
     "nvfp4",
@@ -139,21 +142,45 @@ def silu_ops(label: str, suffix: str = "", with_engines: bool = False) -> None:
             emit(label, "engines silu masked", t, us, nbytes)
 
 
+def live_counts(live: int, seed: int) -> torch.Tensor:
+    """Per-expert counts at T = 1's bounds (max_m = 1): ``live`` random experts hold their one row."""
+    counts = torch.zeros(E, dtype=torch.int32)
+    counts[torch.randperm(E, generator=torch.Generator().manual_seed(seed))[:live]] = 1
+    return counts.cuda()
+
+
 def silu_live_ops(label: str) -> None:
     """The masked SiLU at T = 1's bounds (max_m = 1) with 8, 64 or all 256 experts holding one
     row, the engines' beside it: how its time grows with the live rows, apart from the idle
     experts' blocks."""
     y = masked_silu_input(1)[0]
     for live in (8, 64, E):
-        counts = torch.zeros(E, dtype=torch.int32)
-        counts[torch.randperm(E, generator=torch.Generator().manual_seed(live))[:live]] = 1
-        counts = counts.cuda()
+        counts = live_counts(live, live)
         nbytes = live * SILU_ROW_BYTES
         est = nbytes / (COPY_GBPS * 1e3)
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
         emit(label, f"silu masked {live} live", 1, us, nbytes)
         us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
         emit(label, f"engines silu masked {live} live", 1, us, nbytes)
+
+
+def silu_decode_ops(label: str) -> None:
+    """The masked SiLU at T = 1's bounds with 0, 1 and 8 experts holding a row, with programmatic
+    dependent launch and without, and the engines' (launched without it) beside it: the launch's
+    cost with nothing to convert, and what the live rows add to it."""
+    y = masked_silu_input(1)[0]
+    for live in (0, 1, 8):
+        counts = live_counts(live, live + 1)
+        nbytes = live * SILU_ROW_BYTES
+        est = nbytes / (COPY_GBPS * 1e3)
+        us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
+        emit(label, f"silu decode {live} live", 1, us, nbytes)
+        fp8quant.set_pdl(False)
+        us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
+        fp8quant.set_pdl(True)
+        emit(label, f"silu decode {live} live (no PDL)", 1, us, nbytes)
+        us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
+        emit(label, f"engines silu decode {live} live", 1, us, nbytes)
 
 
 def skewed_counts(t: int, law: str, last: bool = False) -> torch.Tensor:
@@ -257,6 +284,8 @@ def main() -> None:
         silu_skewed_ops(label)
     if "silu_live" in parts:
         silu_live_ops(label)
+    if "silu_decode" in parts:
+        silu_decode_ops(label)
     if "silu_mx" in parts:
         silu_block_scaled_ops(label)
     if "nvfp4" in parts:
