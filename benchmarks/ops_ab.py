@@ -29,6 +29,7 @@ rotated through >= 256 MiB, median of replays; "pct_copy" against COPY_GBPS.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
@@ -69,6 +70,16 @@ PARTS = (
     "nvfp4",
     "copy",
 )
+
+
+@contextlib.contextmanager
+def pdl_off():
+    """fp8quant's launches without programmatic dependent launch inside, the setting restored after."""
+    previous = fp8quant.set_pdl(False)
+    try:
+        yield
+    finally:
+        fp8quant.set_pdl(previous)
 
 
 def emit(label: str, op: str, size: int, us: float, nbytes: int | None = None, sets: int = 1) -> None:
@@ -175,9 +186,8 @@ def silu_decode_ops(label: str) -> None:
         est = nbytes / (COPY_GBPS * 1e3)
         us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
         emit(label, f"silu decode {live} live", 1, us, nbytes)
-        fp8quant.set_pdl(False)
-        us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
-        fp8quant.set_pdl(True)
+        with pdl_off():
+            us = time_calls(lambda i: silu_mul_quant(y, masked_m=counts), 1, est)
         emit(label, f"silu decode {live} live (no PDL)", 1, us, nbytes)
         us = time_calls(lambda i: engines.engine_silu_quant_masked(y, counts), 1, est)
         emit(label, f"engines silu decode {live} live", 1, us, nbytes)
@@ -275,9 +285,8 @@ def main() -> None:
     if "silu" in parts:
         silu_ops(label, with_engines="engines" in parts)
     if "silu_nopdl" in parts:  # the same without programmatic dependent launch
-        fp8quant.set_pdl(False)
-        silu_ops(label, " (no PDL)")
-        fp8quant.set_pdl(True)
+        with pdl_off():
+            silu_ops(label, " (no PDL)")
     if "silu_contig" in parts:
         silu_contiguous_ops(label, with_engines="engines" in parts)
     if "silu_skew" in parts:
